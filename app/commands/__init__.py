@@ -1,0 +1,1 @@
+"""One module per CLI command: `run(args) -> exit code`. Arguments are declared in app/cli.py."""

@@ -1,0 +1,1 @@
+"""Types only: cluster snapshot, network endpoints and verdicts, job groups, decisions. No I/O."""

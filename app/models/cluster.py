@@ -1,0 +1,127 @@
+"""The cluster snapshot: compact, immutable projections of the objects topoguard reads.
+
+A `Snapshot` is built once (from files or by the watch cache) and then only read. Derived,
+precomputed structures (policy indexes, per-zone aggregates) hang off it through `memo`, so they
+are built once per snapshot and never per request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A read-only copy of `mapping` (an empty mapping for None)."""
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: Mapping[str, int]  # extended resources only, whole units (e.g. nvidia.com/gpu: 8)
+    ready: bool
+    unschedulable: bool
+
+
+@dataclass(frozen=True)
+class ContainerPort:
+    port: int
+    protocol: str = "TCP"  # TCP | UDP | SCTP
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+    service_account: str
+    node_name: str  # "" when not bound
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown | ""
+    requests: Mapping[str, int]  # extended resources the pod holds (max of init, sum of containers)
+    ports: tuple[ContainerPort, ...]
+    host_network: bool
+    ips: tuple[str, ...]
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class NamespaceInfo:
+    name: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PolicyObject:
+    """One network policy object as written: kind, identity and its raw body (spec/specs)."""
+
+    kind: str  # CiliumNetworkPolicy | CiliumClusterwideNetworkPolicy | NetworkPolicy
+    api_version: str
+    name: str
+    namespace: str  # "" for cluster-wide
+    body: Mapping[str, Any]  # the whole object minus status/managedFields (read-only)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True)
+class CIDRGroup:
+    name: str
+    cidrs: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """Everything a decision reads, immutable. `revision` changes whenever the content does."""
+
+    nodes: tuple[NodeInfo, ...] = ()
+    namespaces: Mapping[str, NamespaceInfo] = field(default_factory=lambda: MappingProxyType({}))
+    pods: tuple[PodInfo, ...] = ()
+    policies: tuple[PolicyObject, ...] = ()
+    cidr_groups: Mapping[str, CIDRGroup] = field(default_factory=lambda: MappingProxyType({}))
+    revision: str = "0"
+    # Which object kinds the source could not provide (e.g. Cilium CRDs not installed).
+    missing_kinds: tuple[str, ...] = ()
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def memo(self, key: str, build: Callable[[Snapshot], T]) -> T:
+        """Return the derived value `key`, building it with `build(self)` the first time.
+
+        Derived values are computed once per snapshot (indexes, aggregates); a snapshot is
+        never mutated, so they never go stale.
+        """
+        try:
+            return self._memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
+        with self._memo_lock:
+            if key not in self._memo:
+                self._memo[key] = build(self)
+            return self._memo[key]  # type: ignore[no-any-return]
+
+    def namespace_labels(self, name: str) -> Mapping[str, str]:
+        ns = self.namespaces.get(name)
+        return ns.labels if ns else MappingProxyType({"kubernetes.io/metadata.name": name})

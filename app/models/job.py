@@ -1,0 +1,85 @@
+"""A training job as topoguard reasons about it: its replica groups, coordinator and flows.
+
+Job adapters (app/jobs/) turn a raw job object of any supported kind into a `JobGroup`; the
+engine never looks at kind-specific fields. Owned by app/jobs; fields may be added, never renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.models.cluster import ContainerPort
+from app.models.network import PortRange
+
+RawJob = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class UserPlacement:
+    """The scheduling constraints the user wrote in a pod template (kept as written)."""
+
+    node_selector: Mapping[str, str]
+    # requiredDuringScheduling nodeSelectorTerms (ORed); each term a raw dict as written.
+    node_selector_terms: tuple[Mapping[str, Any], ...]
+    tolerations: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica type (PyTorch Master/Worker, a JobSet replicatedJob, ...)."""
+
+    key: str  # the key as written (e.g. "Worker", "worker", a replicatedJob name)
+    role: str  # operator's lower-case replica type / replicatedJob name
+    count: int  # pods of this replica type
+    template_path: str  # RFC 6901 pointer to the PodTemplateSpec in the job (may not exist yet)
+    template: Mapping[str, Any]  # the PodTemplateSpec as written ({} when absent, e.g. TrainJob)
+    pod_labels: Mapping[str, str]  # labels every pod will carry (template + operator labels)
+    index_label: str  # label key that differs per pod index ("" when none)
+    gpus: Mapping[str, int]  # GPU resources per pod, e.g. {"nvidia.com/gpu": 2}
+    ports: tuple[ContainerPort, ...]  # container ports of the pod
+    service_account: str
+    host_network: bool
+    placement: UserPlacement
+    is_coordinator: bool
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return sum(self.gpus.values())
+
+
+FlowPurpose = Literal["rendezvous", "all-to-all", "collective", "launcher"]
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A connection the framework must be able to open: from every pod of `src` to `dst`."""
+
+    src: str  # replica key
+    dst: str  # replica key
+    ports: PortRange
+    protocol: str  # TCP | UDP
+    purpose: FlowPurpose
+    port_name: str = ""  # e.g. "pytorchjob-port" when the port came from a named container port
+
+
+@dataclass(frozen=True)
+class JobGroup:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    replicas: tuple[Replica, ...]
+    coordinator: str  # replica key of the coordinator
+    flows: tuple[Flow, ...]
+    group_selector: Mapping[str, str]  # labels that select exactly this job's pods
+    annotations: Mapping[str, str]  # the job's own metadata.annotations
+    # Whether the kind's CRD keeps topologySpreadConstraints (TrainJob runtimePatches prune them).
+    supports_spread: bool = True
+
+    def replica(self, key: str) -> Replica:
+        for r in self.replicas:
+            if r.key == key:
+                return r
+        raise KeyError(key)

@@ -1,0 +1,34 @@
+"""Every label, annotation and well-known key topoguard reads or writes, in one place."""
+
+from __future__ import annotations
+
+# Namespace opt-in and per-namespace overrides.
+ENABLED_LABEL = "topoguard.io/enabled"
+ENFORCEMENT_LABEL = "topoguard.io/enforcement"
+
+# What topoguard writes on the job.
+ZONE_ANNOTATION = "topoguard.io/zone"
+DECISION_ANNOTATION = "topoguard.io/decision"
+GROUP_LABEL = "topoguard.io/group"
+MANAGER_NAME = "topoguard.io/webhook"
+
+# Kubernetes well-known keys.
+DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+# Cilium identity labels (research/cilium-semantics.md section 1.1).
+CILIUM_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+CILIUM_SERVICE_ACCOUNT_LABEL = "io.cilium.k8s.policy.serviceaccount"
+CILIUM_CLUSTER_LABEL = "io.cilium.k8s.policy.cluster"
+CILIUM_NAMESPACE_LABELS_PREFIX = "io.cilium.k8s.namespace.labels."
+
+# Kubeflow training-operator pod labels (research/kubeflow-formats.md section 2).
+KF_OPERATOR_NAME = "training.kubeflow.org/operator-name"
+KF_JOB_NAME = "training.kubeflow.org/job-name"
+KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+KF_JOB_ROLE = "training.kubeflow.org/job-role"
+
+# Taint keys the node lifecycle controller owns: never tolerated on the user's behalf.
+SYSTEM_TAINT_PREFIX = "node.kubernetes.io/"

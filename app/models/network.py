@@ -1,0 +1,77 @@
+"""What the policy evaluator is asked and what it answers: endpoints, flows, verdicts, reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from app.models.cluster import ContainerPort
+
+VerdictKind = Literal["allow", "deny", "unknown"]
+Protocol = Literal["TCP", "UDP", "SCTP", "ANY"]
+PolicyEnforcement = Literal["default", "always", "never"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A pod as policy sees it: existing, or simulated before it exists (labels as they will be)."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    namespace_labels: Mapping[str, str]
+    service_account: str = "default"
+    ports: tuple[ContainerPort, ...] = ()
+    host_network: bool = False
+    ips: tuple[str, ...] = ()
+    name: str = ""  # for messages only
+
+
+@dataclass(frozen=True)
+class PortRange:
+    """Ports `first`..`last` inclusive. A single port has first == last.
+
+    A flow over a range is allowed only when every port in it is allowed (collective traffic
+    such as NCCL/Gloo picks ephemeral ports, so a partial allow is a deny for some port).
+    """
+
+    first: int
+    last: int
+
+    @classmethod
+    def single(cls, port: int) -> PortRange:
+        return cls(port, port)
+
+    def __str__(self) -> str:
+        return str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+
+
+ALL_PORTS = PortRange(1, 65535)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a side decided as it did. `policy` is "namespace/name" (or "name" when cluster-wide)."""
+
+    side: Literal["egress", "ingress"]
+    effect: Literal["allow", "deny", "default-deny", "unknown", "not-enforced"]
+    message: str
+    policy: str = ""
+    kind: str = ""  # CiliumNetworkPolicy | CiliumClusterwideNetworkPolicy | NetworkPolicy
+    rule: str = ""  # e.g. "egress[1]" or "specs[0].ingressDeny[0]"
+
+
+@dataclass(frozen=True)
+class SideVerdict:
+    verdict: VerdictKind
+    reasons: tuple[Reason, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A flow's verdict: allow only when the source's egress AND the destination's ingress allow."""
+
+    verdict: VerdictKind
+    egress: SideVerdict
+    ingress: SideVerdict
+    reasons: tuple[Reason, ...] = field(default=())
