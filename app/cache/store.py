@@ -1,0 +1,49 @@
+"""Snapshot stores: where a request gets its immutable Snapshot.
+
+`Store` is the interface the HTTP layer reads (one `snapshot()` call per request, no locks on the
+read path). `StaticStore` serves a file snapshot; the watch-based store lives in watchers.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from app.models.cluster import Snapshot
+
+
+@dataclass(frozen=True)
+class SyncStatus:
+    """What /readyz and the metrics report about the cache."""
+
+    synced: bool  # every watched kind has finished its first list
+    stale: bool  # watches have been failing longer than the configured bound
+    age_seconds: float  # since the snapshot was last published
+    detail: dict[str, str] = field(default_factory=dict)  # per kind: "synced", "absent (CRD not installed)", ...
+
+
+class Store(Protocol):
+    def snapshot(self) -> Snapshot: ...
+
+    def status(self) -> SyncStatus: ...
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
+        """Call `callback(snapshot)` for every snapshot published from now on (e.g. to pre-warm indexes)."""
+        ...
+
+
+class StaticStore:
+    """A snapshot that never changes (`--cluster PATH`): always synced."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def status(self) -> SyncStatus:
+        return SyncStatus(synced=True, stale=False, age_seconds=0.0, detail={"source": "file"})
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
+        callback(self._snapshot)

@@ -1,0 +1,55 @@
+"""What the engine decides for one job: the chosen zone, the per-zone map, and what to patch.
+
+Owned by app/engine; fields may be added, never renamed (http/responses and explain read them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.models.job import Flow
+from app.models.network import Verdict
+
+
+@dataclass(frozen=True)
+class FlowCheck:
+    """One required flow simulated in one zone."""
+
+    flow: Flow
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class ZoneReport:
+    """One candidate zone: GPUs, the flows' verdicts, and why it is (not) eligible."""
+
+    zone: str
+    gpu_nodes: int
+    gpus_free: int
+    gpus_needed: int
+    fits: bool  # GPU capacity (with per-node fit) and schedulability for every replica
+    network: str  # "allow" | "deny" | "unknown": the worst verdict over all required flows
+    flows: tuple[FlowCheck, ...]
+    problems: tuple[str, ...]  # human-readable, sorted: why this zone cannot take the job
+    eligible: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """allowed: a zone was found. Otherwise `reasons` says, per zone, what failed (sorted)."""
+
+    allowed: bool
+    zone: str | None
+    zones: tuple[ZoneReport, ...]
+    reasons: tuple[str, ...]
+    # Per replica key: tolerations to add so the replica can land on the zone's GPU-pool nodes.
+    tolerations: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    # Labels every replica's pod template must carry (e.g. the zone identity label).
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # Zones whose paths are open and that fit (mode colocate restricts nodeAffinity to these).
+    open_zones: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # Short machine-readable summary for the topoguard.io/decision annotation and metrics.
+    summary: str = ""
