@@ -75,9 +75,9 @@ def load_settings(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping of settings, got {type(loaded).__name__}")
         # Accept camelCase (documented) and snake_case keys.
-        fields_by_alias = {to_camel(n): n for n in Settings.model_fields}
+        fields_by_alias: dict[str, str] = {to_camel(n): n for n in Settings.model_fields}
         for key, value in loaded.items():
-            data[fields_by_alias.get(key, key)] = value
+            data[fields_by_alias.get(str(key), str(key))] = value
     data.update(_env_overrides(os.environ if environ is None else environ))
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
