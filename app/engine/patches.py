@@ -32,9 +32,24 @@ from typing import Any
 
 from app import jobs
 from app.config import Settings
+
+# RFC 6901 escaping is shared with the adapters, which build the template pointers.
+from app.jobs.pointers import escape_json_pointer, split_pointer, unescape_json_pointer
 from app.models import labels
 from app.models.decision import Decision
 from app.models.job import JobGroup, Replica
+
+__all__ = [
+    "PatchError",
+    "PatchOp",
+    "build_patch",
+    "diff_documents",
+    "escape_json_pointer",
+    "group_label_value",
+    "resolve_pointer",
+    "tolerates",
+    "unescape_json_pointer",
+]
 
 PatchOp = dict[str, Any]
 
@@ -48,32 +63,14 @@ class PatchError(ValueError):
     """The job has a value of the wrong type where the patch must edit (names the JSON pointer)."""
 
 
-def escape_json_pointer(token: str) -> str:
-    """Escape one reference token for an RFC 6901 JSON Pointer: `~` → `~0`, then `/` → `~1`.
-
-    The order matters: escaping `/` first would turn `~1` produced by it into `~01`.
-    """
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def unescape_json_pointer(token: str) -> str:
-    """Inverse of `escape_json_pointer` (`~1` → `/` first, then `~0` → `~`, RFC 6901 section 4)."""
-    return token.replace("~1", "/").replace("~0", "~")
-
-
-def pointer_tokens(pointer: str) -> list[str]:
-    """Split an RFC 6901 pointer ("" is the whole document) into unescaped tokens."""
-    if pointer == "":
-        return []
-    if not pointer.startswith("/"):
-        raise PatchError(f"JSON pointer {pointer!r} does not start with '/'")
-    return [unescape_json_pointer(t) for t in pointer[1:].split("/")]
-
-
 def resolve_pointer(doc: Any, pointer: str) -> Any:
     """The value at `pointer` in `doc`; PatchError when a step does not exist."""
     node = doc
-    for token in pointer_tokens(pointer):
+    try:
+        tokens = split_pointer(pointer)
+    except ValueError as e:
+        raise PatchError(str(e)) from e
+    for token in tokens:
         if isinstance(node, list) and token.isdigit() and int(token) < len(node):
             node = node[int(token)]
         elif isinstance(node, dict) and token in node:
@@ -129,10 +126,12 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
 
     Raises:
         PatchError: a field the patch must edit has the wrong type (e.g. `tolerations: {}`).
+        jobs.InvalidJobError: a replica's template cannot be created (from `prepare_templates`).
     """
     if not decision.allowed:
         return []
-    edited = jobs.prepare_templates(copy.deepcopy(dict(raw_job)), group)
+    edited = copy.deepcopy(dict(raw_job))
+    jobs.prepare_templates(edited, group)
     selector = {labels.GROUP_LABEL: group_label_value(raw_job, group)} if _needs_group_label(group, settings) else {}
     for replica in group.replicas:
         template = resolve_pointer(edited, replica.template_path)
