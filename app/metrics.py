@@ -1,0 +1,86 @@
+"""Every Prometheus metric topoguard exports, declared in one place, with `record_*` helpers.
+
+One `Metrics` per app, each with its own CollectorRegistry (tests build many apps in one process;
+a global registry would refuse the second registration). Prefix `topoguard_`; counters end in
+`_total`; label names are fixed (jobset pkg/metrics, kueue metric guidelines).
+Must not import app.tls (import-linter "independence"): callers pass the certificate's notAfter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+PREFIX = "topoguard"
+
+# The apiserver's own webhook-latency histogram has edges at 5 ms, 25 ms and 100 ms
+# (apiserver_admission_webhook_admission_duration_seconds, research/perf-rel-sec.md A.2); keeping
+# them lets the two views be compared bucket by bucket. 8 s is the app-side deadline.
+REVIEW_DURATION_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 8.0)
+
+
+class Metrics:
+    """The metrics of one app instance."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reviews = Counter(
+            f"{PREFIX}_reviews_total", "AdmissionReviews answered, by outcome "
+            "(allowed, patched, denied, warned, error, bad-request, timeout).",
+            ["operation", "kind", "outcome"], registry=r,
+        )
+        self.decision_reasons = Counter(
+            f"{PREFIX}_decision_reasons_total", "Reasons given for zones that could not take a job.",
+            ["reason"], registry=r,
+        )
+        self.review_duration = Histogram(
+            f"{PREFIX}_review_duration_seconds", "Time from the request's arrival to the answer being ready.",
+            ["operation"], buckets=REVIEW_DURATION_BUCKETS_SECONDS, registry=r,
+        )
+        self.cache_objects = Gauge(f"{PREFIX}_cache_objects", "Objects in the current snapshot.", ["kind"], registry=r)
+        self.cache_age = Gauge(f"{PREFIX}_cache_age_seconds", "Seconds since the snapshot was published.", registry=r)
+        self.cache_synced = Gauge(f"{PREFIX}_cache_synced", "1 when every watched kind has synced.", registry=r)
+        self.zone_free_gpus = Gauge(
+            f"{PREFIX}_zone_free_gpus", "Unallocated GPUs on Ready, schedulable nodes per zone.", ["zone"], registry=r,
+        )
+        self.zone_blocked_flows = Gauge(
+            f"{PREFIX}_zone_blocked_flows", "Required flows denied in the zone by the last decision that checked it.",
+            ["zone"], registry=r,
+        )
+        self.cert_expiry = Gauge(
+            f"{PREFIX}_tls_certificate_expiry_timestamp_seconds", "notAfter of the serving certificate.", registry=r,
+        )
+
+    def record_review(self, *, operation: str, kind: str, outcome: str, duration_seconds: float) -> None:
+        self.reviews.labels(operation=operation, kind=kind, outcome=outcome).inc()
+        self.review_duration.labels(operation=operation).observe(duration_seconds)
+
+    def record_reasons(self, reasons: Mapping[str, int]) -> None:
+        """`reasons`: short reason class → count (e.g. {"network-deny": 2, "capacity": 1})."""
+        for reason, count in reasons.items():
+            self.decision_reasons.labels(reason=reason).inc(count)
+
+    def record_cache(self, *, synced: bool, age_seconds: float, objects: Mapping[str, int]) -> None:
+        self.cache_synced.set(1 if synced else 0)
+        self.cache_age.set(age_seconds)
+        for kind, count in objects.items():
+            self.cache_objects.labels(kind=kind).set(count)
+
+    def record_zones(self, free_gpus: Mapping[str, int]) -> None:
+        """Replace the per-zone free-GPU series (zones that disappeared are dropped)."""
+        self.zone_free_gpus.clear()
+        for zone, free in free_gpus.items():
+            self.zone_free_gpus.labels(zone=zone).set(free)
+
+    def record_blocked_flows(self, blocked: Mapping[str, int]) -> None:
+        for zone, count in blocked.items():
+            self.zone_blocked_flows.labels(zone=zone).set(count)
+
+    def record_certificate(self, not_after: float) -> None:
+        self.cert_expiry.set(not_after)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its Content-Type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,68 @@
+"""app.metrics: names, labels, buckets, and one registry per app."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.metrics import Metrics
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body, _ = metrics.render()
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_every_contract_metric_is_exported_with_the_prefix() -> None:
+    m = Metrics()
+    m.record_review(operation="mutate", kind="PyTorchJob", outcome="patched", duration_seconds=0.003)
+    m.record_reasons({"capacity": 1})
+    m.record_cache(synced=True, age_seconds=2.0, objects={"Node": 3})
+    m.record_zones({"zone-a": 8})
+    m.record_blocked_flows({"zone-b": 2})
+    m.record_certificate(1_900_000_000.0)
+    names = {name for name, _ in samples(m)}
+    assert {
+        "topoguard_reviews_total", "topoguard_decision_reasons_total", "topoguard_review_duration_seconds_bucket",
+        "topoguard_cache_objects", "topoguard_cache_age_seconds", "topoguard_cache_synced",
+        "topoguard_zone_free_gpus", "topoguard_zone_blocked_flows",
+        "topoguard_tls_certificate_expiry_timestamp_seconds",
+    } <= names
+
+
+def test_review_histogram_has_the_apiserver_bucket_edges() -> None:
+    m = Metrics()
+    m.record_review(operation="validate", kind="TFJob", outcome="denied", duration_seconds=0.02)
+    got = samples(m)
+    edges = {dict(labels)["le"] for name, labels in got if name == "topoguard_review_duration_seconds_bucket"}
+    assert {"0.005", "0.025", "0.1"} <= edges
+    assert got[("topoguard_review_duration_seconds_bucket", (("le", "0.025"), ("operation", "validate")))] == 1.0
+    assert got[("topoguard_review_duration_seconds_bucket", (("le", "0.005"), ("operation", "validate")))] == 0.0
+    assert got[("topoguard_reviews_total", (("kind", "TFJob"), ("operation", "validate"), ("outcome", "denied")))] == 1
+
+
+def test_two_apps_have_independent_registries() -> None:
+    a, b = Metrics(), Metrics()
+    a.record_review(operation="mutate", kind="PyTorchJob", outcome="patched", duration_seconds=0.001)
+    key = ("topoguard_reviews_total", (("kind", "PyTorchJob"), ("operation", "mutate"), ("outcome", "patched")))
+    assert samples(a)[key] == 1
+    assert key not in samples(b)
+
+
+def test_zones_that_disappear_are_dropped_from_free_gpus() -> None:
+    m = Metrics()
+    m.record_zones({"zone-a": 8, "zone-b": 4})
+    m.record_zones({"zone-a": 6})
+    zones = {dict(labels)["zone"]: v for (name, labels), v in samples(m).items() if name == "topoguard_zone_free_gpus"}
+    assert zones == {"zone-a": 6}
+
+
+def test_cache_synced_is_zero_or_one() -> None:
+    m = Metrics()
+    m.record_cache(synced=False, age_seconds=0.0, objects={})
+    assert samples(m)[("topoguard_cache_synced", ())] == 0
+    m.record_cache(synced=True, age_seconds=0.0, objects={})
+    assert samples(m)[("topoguard_cache_synced", ())] == 1
