@@ -7,7 +7,7 @@ engine never looks at kind-specific fields. Owned by app/jobs; fields may be add
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.models.cluster import ContainerPort
@@ -43,6 +43,10 @@ class Replica:
     host_network: bool
     placement: UserPlacement
     is_coordinator: bool
+    # Labels only the pod with index 0 carries on top of `pod_labels` (kubeflow v1 puts
+    # `training.kubeflow.org/job-role=master` on the coordinator's index-0 pod only). When the
+    # replica has one pod they are in `pod_labels` as well.
+    leader_labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def gpus_per_pod(self) -> int:

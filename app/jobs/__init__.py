@@ -1,0 +1,98 @@
+"""Job adapters: a raw training-job object of any supported kind → `JobGroup`.
+
+The only kind-specific code in topoguard lives here. The engine sees `JobGroup` (replicas,
+their pod labels, GPU demand, ports, the coordinator and the flows the framework needs) and
+pointers to the pod templates it may patch. Pure: no I/O, no Kubernetes client.
+
+Public API (the engine and HTTP layers use exactly these names):
+
+- `SUPPORTED`: the (apiVersion, kind) pairs understood.
+- `parse_job(raw, *, gpu_resources, namespace="")` → `JobGroup`; raises `UnsupportedKindError`
+  or `InvalidJobError` (every malformed field, with its path), never anything else.
+- `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (a deep
+  copy of the job the caller then edits and diffs into a JSON Patch). Idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from app.jobs import jobset, kubeflow, trainjob
+from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
+from app.jobs.pointers import ensure_object, escape_json_pointer
+from app.jobs.templates import type_name
+from app.models.job import JobGroup
+
+__all__ = [
+    "SUPPORTED",
+    "FieldError",
+    "InvalidJobError",
+    "JobError",
+    "UnsupportedKindError",
+    "escape_json_pointer",
+    "parse_job",
+    "prepare_templates",
+]
+
+_Parser = Callable[..., JobGroup]
+
+
+def _kubeflow_parser(framework: kubeflow.Framework) -> _Parser:
+    def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str) -> JobGroup:
+        return kubeflow.parse(raw, framework, gpu_resources=gpu_resources, namespace=namespace)
+
+    return parse
+
+
+_PARSERS: Mapping[tuple[str, str], _Parser] = {
+    **{gvk: _kubeflow_parser(f) for gvk, f in kubeflow.FRAMEWORKS.items()},
+    (jobset.API_VERSION, jobset.KIND): jobset.parse,
+    (trainjob.API_VERSION, trainjob.KIND): trainjob.parse,
+}
+
+SUPPORTED: frozenset[tuple[str, str]] = frozenset(_PARSERS)
+
+
+def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str = "") -> JobGroup:
+    """The `JobGroup` of a job object as the user submitted it.
+
+    Args:
+        raw: the job (AdmissionRequest.object), any supported kind.
+        gpu_resources: extended resources that count as GPUs (settings `gpuResources`).
+        namespace: the AdmissionRequest namespace, used when metadata.namespace is absent.
+
+    Raises:
+        UnsupportedKindError: apiVersion/kind is not in `SUPPORTED`.
+        InvalidJobError: the job is malformed; `.errors` lists every bad field with its path.
+    """
+    if not isinstance(raw, Mapping):
+        raise InvalidJobError([FieldError("", f"job must be an object, got {type_name(raw)}")])
+    api_version, kind = raw.get("apiVersion"), raw.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        raise UnsupportedKindError(str(api_version or ""), str(kind or ""))
+    parser = _PARSERS.get((api_version, kind))
+    if parser is None:
+        raise UnsupportedKindError(api_version, kind)
+    return parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
+
+
+def prepare_templates(doc: dict[str, Any], group: JobGroup) -> None:
+    """Create every replica's pod template (with `metadata` and `spec`) in `doc`, in place.
+
+    `doc` must be a deep copy of the job `group` was parsed from. Kubeflow kinds and JobSet get
+    the missing `template`/`metadata`/`spec` objects; a TrainJob gets topoguard's own
+    `spec.runtimePatches` entry (manager `topoguard.io/webhook`) with one replicatedJob per
+    replica. Running it again changes nothing.
+
+    Raises:
+        InvalidJobError: the template cannot be created (e.g. no room for a runtimePatches entry).
+    """
+    if (group.api_version, group.kind) == (trainjob.API_VERSION, trainjob.KIND):
+        trainjob.prepare(doc, group)
+        return
+    for replica in group.replicas:
+        template = ensure_object(doc, replica.template_path)
+        for part in ("metadata", "spec"):
+            if template.get(part) is None:
+                template[part] = {}

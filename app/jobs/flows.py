@@ -1,0 +1,88 @@
+"""The connections a distributed training framework needs between the replicas of one job.
+
+Three shapes cover every supported framework (research/kubeflow-formats.md):
+
+- rendezvous: every pod dials the coordinator on one port (torch `MASTER_PORT`, XGBoost's
+  tracker, Paddle's `PADDLE_MASTER`, JAX's coordinator, Trainer's 29500);
+- all-to-all: TensorFlow's `TF_CONFIG` lists every task and each dials each on its port;
+- launcher: MPI's launcher reaches every worker (ssh for mpi-operator v2beta1).
+
+On top of these, collective libraries (NCCL, Gloo, MPI's out-of-band channel) open connections
+between all ranks on ephemeral ports, so the GPU replicas (and the coordinator) need each
+other on every TCP port (`ALL_PORTS`, purpose "collective").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from app.models.job import Flow
+from app.models.network import ALL_PORTS, PortRange
+
+SSH_PORT = 22
+
+
+@dataclass(frozen=True)
+class Member:
+    """The part of a replica the flow builder needs."""
+
+    key: str
+    count: int
+    gpus: int
+
+
+def has_peer(members: Sequence[Member]) -> bool:
+    """True when the job runs more than one pod, so there is anything to connect."""
+    return sum(m.count for m in members) > 1
+
+
+def build_rendezvous(members: Sequence[Member], coordinator: str, port: int, *, port_name: str = "") -> list[Flow]:
+    """Every pod of every replica → the coordinator's pod on `port`.
+
+    A replica flows to itself only when it has a pod besides the coordinator's (Worker-only
+    PyTorchJob: workers 1..n-1 → worker-0).
+    """
+    return [
+        Flow(m.key, coordinator, PortRange.single(port), "TCP", "rendezvous", port_name)
+        for m in _active(members)
+        if m.key != coordinator or m.count > 1
+    ]
+
+
+def build_all_to_all(members: Sequence[Member], ports: dict[str, tuple[int, str]]) -> list[Flow]:
+    """Every replica → every replica on the destination's own port (`ports[key] = (port, name)`)."""
+    return [
+        Flow(src.key, dst.key, PortRange.single(ports[dst.key][0]), "TCP", "all-to-all", ports[dst.key][1])
+        for src, dst in _pairs(_active(members))
+    ]
+
+
+def build_launcher(launcher: str, workers: Iterable[Member], port: int, *, port_name: str = "") -> list[Flow]:
+    """The MPI launcher → every worker on the remote-shell port."""
+    return [
+        Flow(launcher, w.key, PortRange.single(port), "TCP", "launcher", port_name)
+        for w in workers
+        if w.count > 0 and w.key != launcher
+    ]
+
+
+def build_collective(members: Sequence[Member], coordinator: str) -> list[Flow]:
+    """All TCP ports between the replicas that take part in collectives, both ways.
+
+    The participants are the replicas that ask for GPUs plus the coordinator; when no replica
+    asks for GPUs (a CPU Gloo job) every replica takes part.
+    """
+    active = _active(members)
+    if any(m.gpus > 0 for m in active):
+        active = [m for m in active if m.gpus > 0 or m.key == coordinator]
+    return [Flow(src.key, dst.key, ALL_PORTS, "TCP", "collective") for src, dst in _pairs(active)]
+
+
+def _active(members: Sequence[Member]) -> list[Member]:
+    return [m for m in members if m.count > 0]
+
+
+def _pairs(members: Sequence[Member]) -> list[tuple[Member, Member]]:
+    """Ordered pairs, a replica with itself only when it has two or more pods."""
+    return [(a, b) for a in members for b in members if a.key != b.key or b.count > 1]

@@ -1,0 +1,86 @@
+"""Pieces every adapter shares: the job's own metadata and assembling a `Replica`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.jobs.errors import FieldError
+from app.jobs.templates import NamedContainerPort, PodFacts, read_mapping, read_str, read_string_map
+from app.models.cluster import ContainerPort
+from app.models.job import Replica
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    """metadata.name/namespace/annotations of the job itself."""
+
+    name: str  # "" only when the apiserver will generate it (generateName, mutating admission)
+    namespace: str
+    annotations: Mapping[str, str]
+
+
+def read_job_meta(raw: Mapping[str, Any], namespace: str, errors: list[FieldError]) -> JobMeta:
+    """The job's identity; `namespace` (the AdmissionRequest's) fills an absent metadata.namespace.
+
+    NB: on CREATE with `generateName` the apiserver names the object only after mutating
+    admission, so `name` may be empty; adapters then leave name-derived pod labels out rather
+    than guess them.
+    """
+    metadata = read_mapping(raw.get("metadata"), "metadata", errors)
+    name = read_str(metadata.get("name"), "metadata.name", errors)
+    generate_name = read_str(metadata.get("generateName"), "metadata.generateName", errors)
+    if not name and not generate_name:
+        errors.append(FieldError("metadata.name", "is required"))
+    own_namespace = read_str(metadata.get("namespace"), "metadata.namespace", errors)
+    annotations = read_string_map(metadata.get("annotations"), "metadata.annotations", errors)
+    return JobMeta(name=name, namespace=own_namespace or namespace, annotations=annotations)
+
+
+def make_replica(
+    *,
+    key: str,
+    role: str,
+    count: int,
+    template_path: str,
+    template: Any,
+    facts: PodFacts,
+    operator_labels: Mapping[str, str],
+    index_label: str,
+    is_coordinator: bool,
+    leader_labels: Mapping[str, str] | None = None,
+    ports: tuple[ContainerPort, ...] | None = None,
+) -> Replica:
+    """A `Replica`; operator labels win over template labels, as the operators merge them.
+
+    `leader_labels` are carried by pod index 0 only; with a single pod they join `pod_labels`.
+    """
+    leader = dict(leader_labels or {})
+    labels = {**facts.labels, **operator_labels}
+    if count == 1:
+        labels.update(leader)
+    return Replica(
+        key=key,
+        role=role,
+        count=count,
+        template_path=template_path,
+        template=template if isinstance(template, Mapping) else {},
+        pod_labels=labels,
+        index_label=index_label,
+        gpus=dict(facts.gpus),
+        ports=ports if ports is not None else tuple(p.port for p in facts.ports),
+        service_account=facts.service_account,
+        host_network=facts.host_network,
+        placement=facts.placement,
+        is_coordinator=is_coordinator,
+        leader_labels=leader,
+    )
+
+
+def find_named_port(ports: tuple[NamedContainerPort, ...], container: str, name: str) -> ContainerPort | None:
+    """The port called `name` in `container`."""
+    for p in ports:
+        if p.container == container and p.port.name == name:
+            return p.port
+    return None

@@ -1,0 +1,383 @@
+"""Adapters for the kubeflow.org replica-map kinds: training-operator v1 and mpi-operator v2beta1.
+
+Each kind keeps `spec.<map>.<ReplicaType>.{replicas, template}`; a table (`FRAMEWORKS`) says
+per kind which replica types exist, which is the coordinator, the framework container and its
+default port, and the shape of the traffic. Facts and their sources: research/kubeflow-formats.md
+sections 2 and 5 (training-operator v1.9.4, mpi-operator caa3c47).
+
+Replica keys match case-insensitively (the operators' `setTypeNameToCamelCase` uses EqualFold)
+but are kept as written, so patches land under the user's own key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.jobs import flows
+from app.jobs.errors import FieldError, InvalidJobError, join_path
+from app.jobs.groups import JobMeta, find_named_port, make_replica, read_job_meta
+from app.jobs.pointers import build_pointer
+from app.jobs.templates import EMPTY_FACTS, PodFacts, read_int, read_mapping, read_pod_template, read_str
+from app.models import labels as L
+from app.models.cluster import ContainerPort
+from app.models.job import Flow, JobGroup, Replica
+
+Shape = Literal["rendezvous", "all-to-all", "mpi-exec", "mpi-ssh"]
+
+# mpi-operator v2beta1 labels its pods with this operator name (research §2.4).
+MPI_OPERATOR_NAME = "mpi-operator"
+# batch/v1 Job controller labels on the mpi-operator launcher's pod.
+BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME_LABEL = "job-name"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What one kubeflow.org kind looks like (research/kubeflow-formats.md §2)."""
+
+    api_version: str
+    kind: str
+    map_key: str  # spec.<map_key> holds the replica specs
+    replica_types: tuple[str, ...]  # canonical names
+    coordinator_types: tuple[str, ...]  # preference order; the first one present coordinates
+    shape: Shape
+    container: str = ""  # the framework container the operator adds the default port to
+    port_name: str = ""
+    default_port: int = 0
+    open_types: bool = False  # TFJob: the operator accepts any key (§5.2)
+    coordinator_required: bool = False
+    # Coordinator types whose index-0 pod gets job-role=master (`IsMasterRole`).
+    job_role_types: tuple[str, ...] = ()
+    default_replicas: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def operator_name(self) -> str:
+        if self.api_version == "kubeflow.org/v2beta1":
+            return MPI_OPERATOR_NAME
+        return f"{self.kind.lower()}-controller"
+
+
+FRAMEWORKS: Mapping[tuple[str, str], Framework] = {
+    (f.api_version, f.kind): f
+    for f in (
+        Framework(
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchReplicaSpecs",
+            ("Master", "Worker"),
+            ("Master", "Worker"),
+            "rendezvous",
+            container="pytorch",
+            port_name="pytorchjob-port",
+            default_port=23456,
+            job_role_types=("Master", "Worker"),
+        ),
+        Framework(
+            "kubeflow.org/v1",
+            "TFJob",
+            "tfReplicaSpecs",
+            ("Chief", "Master", "PS", "Worker", "Evaluator"),
+            ("Chief", "Master", "Worker"),
+            "all-to-all",
+            container="tensorflow",
+            port_name="tfjob-port",
+            default_port=2222,
+            open_types=True,
+            job_role_types=("Chief", "Master", "Worker"),
+        ),
+        Framework(
+            "kubeflow.org/v1",
+            "XGBoostJob",
+            "xgbReplicaSpecs",
+            ("Master", "Worker"),
+            ("Master",),
+            "rendezvous",
+            container="xgboost",
+            port_name="xgboostjob-port",
+            default_port=9999,
+            coordinator_required=True,
+            job_role_types=("Master",),
+        ),
+        # Collective mode (Worker only): worker-0 is the rendezvous host but gets no job-role (§2.6).
+        Framework(
+            "kubeflow.org/v1",
+            "PaddleJob",
+            "paddleReplicaSpecs",
+            ("Master", "Worker"),
+            ("Master", "Worker"),
+            "rendezvous",
+            container="paddle",
+            port_name="master",
+            default_port=36543,
+            job_role_types=("Master",),
+        ),
+        Framework(
+            "kubeflow.org/v1",
+            "JAXJob",
+            "jaxReplicaSpecs",
+            ("Worker",),
+            ("Worker",),
+            "rendezvous",
+            container="jax",
+            port_name="jaxjob-port",
+            default_port=6666,
+            job_role_types=("Worker",),
+        ),
+        # training-operator MPIJob: launcher reaches workers with `kubectl exec` through the
+        # apiserver, no pod-to-pod port; Worker replicas default to 0 (§2.3).
+        Framework(
+            "kubeflow.org/v1",
+            "MPIJob",
+            "mpiReplicaSpecs",
+            ("Launcher", "Worker"),
+            ("Launcher",),
+            "mpi-exec",
+            coordinator_required=True,
+            job_role_types=("Launcher",),
+            default_replicas={"Worker": 0},
+        ),
+        # mpi-operator: launcher ssh-es into workers (sshd on 22 unless the image says otherwise, §2.4).
+        Framework(
+            "kubeflow.org/v2beta1",
+            "MPIJob",
+            "mpiReplicaSpecs",
+            ("Launcher", "Worker"),
+            ("Launcher",),
+            "mpi-ssh",
+            coordinator_required=True,
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One replica spec as read: key as written, canonical type, pod count, template facts."""
+
+    key: str
+    canonical: str
+    count: int
+    template: Any
+    facts: PodFacts
+
+
+def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequence[str], namespace: str) -> JobGroup:
+    """The group of a kubeflow.org replica-map job; raises InvalidJobError listing every bad field."""
+    errors: list[FieldError] = []
+    meta = read_job_meta(raw, namespace, errors)
+    spec = read_mapping(raw.get("spec"), "spec", errors)
+    specs = _read_specs(spec, framework, errors, gpu_resources=gpu_resources)
+    coordinator = _choose_coordinator(specs, framework, errors)
+    rdzv_port = _read_rdzv_port(spec, errors) if framework.kind == "PyTorchJob" else None
+    if errors:
+        raise InvalidJobError(errors)
+    assert coordinator is not None  # no errors means a coordinator was found
+    replicas = tuple(_build_replica(s, framework, meta, coordinator) for s in specs)
+    return JobGroup(
+        api_version=framework.api_version,
+        kind=framework.kind,
+        name=meta.name,
+        namespace=meta.namespace,
+        replicas=replicas,
+        coordinator=coordinator.key,
+        flows=tuple(_build_flows(replicas, coordinator.key, framework, spec, rdzv_port)),
+        group_selector=_operator_labels(framework, meta),
+        annotations=meta.annotations,
+    )
+
+
+def _read_specs(
+    spec: Mapping[str, Any], framework: Framework, errors: list[FieldError], *, gpu_resources: Sequence[str]
+) -> list[_Spec]:
+    map_path = join_path("spec", framework.map_key)
+    replica_map = read_mapping(spec.get(framework.map_key), map_path, errors)
+    if not replica_map and not errors:
+        errors.append(FieldError(map_path, "is required and must hold at least one replica type"))
+    out: list[_Spec] = []
+    seen: dict[str, str] = {}
+    for key, value in replica_map.items():
+        path = join_path(map_path, str(key))
+        if not isinstance(key, str) or not key:
+            errors.append(FieldError(path, "replica type must be a non-empty string"))
+            continue
+        canonical = _canonical(key, framework)
+        if canonical is None:
+            if framework.api_version == "kubeflow.org/v2beta1":
+                continue  # mpi-operator ignores other keys (§2.4): they make no pods
+            errors.append(
+                FieldError(path, f"unsupported replica type; expected one of {', '.join(framework.replica_types)}")
+            )
+            continue
+        if canonical.lower() in seen:
+            errors.append(
+                FieldError(path, f"duplicates replica type {seen[canonical.lower()]!r} (keys match case-insensitively)")
+            )
+            continue
+        seen[canonical.lower()] = key
+        out.append(_read_spec(key, canonical, value, path, framework, errors, gpu_resources=gpu_resources))
+    return out
+
+
+def _read_spec(
+    key: str,
+    canonical: str,
+    value: Any,
+    path: str,
+    framework: Framework,
+    errors: list[FieldError],
+    *,
+    gpu_resources: Sequence[str],
+) -> _Spec:
+    body = read_mapping(value, path, errors)
+    default = framework.default_replicas.get(canonical, 1)
+    count = read_int(body.get("replicas"), join_path(path, "replicas"), errors, default=default)
+    template = body.get("template")
+    if template is None:
+        facts = EMPTY_FACTS
+    else:
+        facts = read_pod_template(template, join_path(path, "template"), errors, gpu_resources=gpu_resources)
+    return _Spec(key, canonical, count, template, facts)
+
+
+def _canonical(key: str, framework: Framework) -> str | None:
+    for t in framework.replica_types:
+        if t.lower() == key.lower():
+            return t
+    return key if framework.open_types else None
+
+
+def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[FieldError]) -> _Spec | None:
+    """Master/Chief/Launcher, else Worker-0 (`IsMasterRole`), else the first replica (TFJob)."""
+    for wanted in framework.coordinator_types:
+        for s in specs:
+            if s.canonical == wanted:
+                return s
+    if framework.coordinator_required:
+        if not errors:
+            errors.append(
+                FieldError(
+                    join_path("spec", framework.map_key), f"a {framework.coordinator_types[0]} replica is required"
+                )
+            )
+        return None
+    if specs:
+        return specs[0]
+    return None
+
+
+def _read_rdzv_port(spec: Mapping[str, Any], errors: list[FieldError]) -> int | None:
+    """PyTorch elastic: `elasticPolicy.rdzvPort` overrides the Worker's port (§2.1)."""
+    policy = read_mapping(spec.get("elasticPolicy"), "spec.elasticPolicy", errors)
+    if policy.get("rdzvPort") is None:
+        return None
+    return read_int(policy.get("rdzvPort"), "spec.elasticPolicy.rdzvPort", errors, default=0, minimum=1) or None
+
+
+def _operator_labels(framework: Framework, meta: JobMeta) -> dict[str, str]:
+    """operator-name + job-name: the labels on every pod of this job and on no other pod."""
+    out = {L.KF_OPERATOR_NAME: framework.operator_name}
+    if meta.name:
+        out[L.KF_JOB_NAME] = meta.name.replace("/", "-")
+    return out
+
+
+def _build_replica(s: _Spec, framework: Framework, meta: JobMeta, coordinator: _Spec) -> Replica:
+    is_coordinator = s.key == coordinator.key
+    labels = _operator_labels(framework, meta)
+    leader: dict[str, str] = {}
+    index_label = L.KF_REPLICA_INDEX
+    if framework.api_version == "kubeflow.org/v2beta1":
+        labels[L.KF_JOB_ROLE] = s.canonical.lower()  # launcher | worker, on every pod
+        if s.canonical == "Launcher":
+            index_label = ""
+            labels.update(_launcher_labels(meta))
+    else:
+        labels[L.KF_REPLICA_TYPE] = s.key.lower()
+        if is_coordinator and s.canonical in framework.job_role_types:
+            leader[L.KF_JOB_ROLE] = "master"
+        if s.canonical == "Launcher":
+            index_label = ""  # the v1 launcher pod has no replica-index label (§2.3)
+    return make_replica(
+        key=s.key,
+        role=s.key.lower(),
+        count=s.count,
+        template_path=build_pointer(["spec", framework.map_key, s.key, "template"]),
+        template=s.template,
+        facts=s.facts,
+        operator_labels=labels,
+        index_label=index_label,
+        is_coordinator=is_coordinator,
+        leader_labels=leader,
+        ports=_pod_ports(s.facts, framework),
+    )
+
+
+def _launcher_labels(meta: JobMeta) -> dict[str, str]:
+    """The batch Job controller's labels on the v2beta1 launcher pod (Job `<job>-launcher`)."""
+    if not meta.name:
+        return {}
+    job = f"{meta.name}-launcher"
+    return {BATCH_JOB_NAME_LABEL: job, LEGACY_JOB_NAME_LABEL: job}
+
+
+def _default_container(facts: PodFacts, framework: Framework) -> str | None:
+    """The container `setDefaultPort` picks: the framework-named one, else container 0."""
+    if framework.container in facts.container_names:
+        return framework.container
+    return facts.container_names[0] if facts.container_names else None
+
+
+def _pod_ports(facts: PodFacts, framework: Framework) -> tuple[ContainerPort, ...]:
+    """The container ports pods will have: as written, plus the operator's default port."""
+    ports = tuple(p.port for p in facts.ports)
+    container = _default_container(facts, framework)
+    if not framework.default_port or container is None:
+        return ports
+    if find_named_port(facts.ports, container, framework.port_name) is not None:
+        return ports
+    return (*ports, ContainerPort(port=framework.default_port, protocol="TCP", name=framework.port_name))
+
+
+def _framework_port(replica: Replica, framework: Framework) -> int:
+    """The replica's rendezvous/cluster port: the named port on its pods, else the default."""
+    for p in replica.ports:
+        if p.name == framework.port_name:
+            return p.port
+    return framework.default_port
+
+
+def _build_flows(
+    replicas: tuple[Replica, ...],
+    coordinator: str,
+    framework: Framework,
+    spec: Mapping[str, Any],
+    rdzv_port: int | None,
+) -> list[Flow]:
+    members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas]
+    if not flows.has_peer(members):
+        return []
+    by_key = {r.key: r for r in replicas}
+    out: list[Flow] = []
+    if framework.shape == "rendezvous":
+        port = rdzv_port or _framework_port(by_key[coordinator], framework)
+        if not _external_rendezvous(spec):
+            out += flows.build_rendezvous(
+                members, coordinator, port, port_name="" if rdzv_port else framework.port_name
+            )
+    elif framework.shape == "all-to-all":
+        ports = {r.key: (_framework_port(r, framework), framework.port_name) for r in replicas}
+        out += flows.build_all_to_all(members, ports)
+    elif framework.shape == "mpi-ssh":
+        out += flows.build_launcher(coordinator, members, flows.SSH_PORT)
+    # "mpi-exec" (training-operator MPIJob v1): the launcher starts workers through the
+    # apiserver; only the collective traffic below runs pod to pod.
+    out += flows.build_collective(members, coordinator)
+    return out
+
+
+def _external_rendezvous(spec: Mapping[str, Any]) -> bool:
+    """PyTorch elastic with `rdzvHost`: rendezvous runs outside the job (e.g. etcd), not on a pod."""
+    policy = spec.get("elasticPolicy")
+    return isinstance(policy, Mapping) and bool(read_str(policy.get("rdzvHost"), "", []))

@@ -1,0 +1,323 @@
+"""Reading one PodTemplateSpec (or a PodSpec patch) as written: labels, GPUs, ports, placement.
+
+Every reader takes the field path of what it reads and appends a `FieldError` to `errors`
+instead of raising, so one pass reports every malformed field. Values that are absent get the
+Kubernetes default (service account `default`, protocol `TCP`); values of the wrong type are
+errors, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from app.jobs.errors import FieldError, join_path
+from app.models.cluster import ContainerPort
+from app.models.job import UserPlacement
+
+DEFAULT_SERVICE_ACCOUNT = "default"
+MAX_PORT = 65535
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+# Kubernetes resource.Quantity, restricted to what an extended resource may hold.
+_QUANTITY = re.compile(r"^\+?(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SUFFIX_SCALE: Mapping[str, Fraction] = {
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+
+
+@dataclass(frozen=True)
+class NamedContainerPort:
+    """A container port together with the container that declares it."""
+
+    container: str
+    port: ContainerPort
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What a pod template says about the pods made from it."""
+
+    labels: Mapping[str, str]
+    gpus: Mapping[str, int]
+    ports: tuple[NamedContainerPort, ...]
+    container_names: tuple[str, ...]
+    service_account: str
+    host_network: bool
+    placement: UserPlacement
+
+
+EMPTY_PLACEMENT = UserPlacement(node_selector={}, node_selector_terms=(), tolerations=())
+EMPTY_FACTS = PodFacts({}, {}, (), (), DEFAULT_SERVICE_ACCOUNT, False, EMPTY_PLACEMENT)
+
+
+def read_mapping(value: Any, path: str, errors: list[FieldError]) -> Mapping[str, Any]:
+    """`value` as a mapping; None → `{}`; anything else → an error and `{}`."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return value
+    errors.append(FieldError(path, f"must be an object, got {type_name(value)}"))
+    return {}
+
+
+def read_list(value: Any, path: str, errors: list[FieldError]) -> Sequence[Any]:
+    """`value` as a list; None → `[]`; anything else → an error and `[]`."""
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return value
+    errors.append(FieldError(path, f"must be a list, got {type_name(value)}"))
+    return []
+
+
+def read_string_map(value: Any, path: str, errors: list[FieldError]) -> dict[str, str]:
+    """A map of string to string (labels, annotations, nodeSelector)."""
+    out: dict[str, str] = {}
+    for key, item in read_mapping(value, path, errors).items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            errors.append(FieldError(join_path(path, str(key)), f"must be a string, got {type_name(item)}"))
+            continue
+        out[key] = item
+    return out
+
+
+def read_int(value: Any, path: str, errors: list[FieldError], *, default: int, minimum: int = 0) -> int:
+    """A non-negative integer field (replicas, parallelism); None → `default`."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.append(FieldError(path, f"must be an integer, got {type_name(value)}"))
+        return default
+    if value < minimum:
+        errors.append(FieldError(path, f"must be >= {minimum}, got {value}"))
+        return default
+    return value
+
+
+def read_str(value: Any, path: str, errors: list[FieldError], *, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        errors.append(FieldError(path, f"must be a string, got {type_name(value)}"))
+        return default
+    return value
+
+
+def parse_whole_quantity(value: Any) -> int | None:
+    """An extended-resource quantity (`2`, `"2"`, `"2000m"`) as a whole number; None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        return None
+    amount = Fraction(match["num"]) * _SUFFIX_SCALE[match["suffix"] or ""]
+    return int(amount) if amount.denominator == 1 else None
+
+
+def read_pod_template(raw: Any, path: str, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> PodFacts:
+    """Facts about the pods of a PodTemplateSpec (`{metadata, spec}`) at `path`."""
+    template = read_mapping(raw, path, errors)
+    metadata = read_mapping(template.get("metadata"), join_path(path, "metadata"), errors)
+    labels = read_string_map(metadata.get("labels"), join_path(join_path(path, "metadata"), "labels"), errors)
+    return read_pod_spec(
+        template.get("spec"), join_path(path, "spec"), errors, gpu_resources=gpu_resources, labels=labels
+    )
+
+
+def read_pod_spec(
+    raw: Any,
+    path: str,
+    errors: list[FieldError],
+    *,
+    gpu_resources: Sequence[str],
+    labels: Mapping[str, str] | None = None,
+) -> PodFacts:
+    """Facts about the pods of a PodSpec at `path` (`labels` come from the template metadata)."""
+    spec = read_mapping(raw, path, errors)
+    containers = _read_containers(spec.get("containers"), join_path(path, "containers"), errors)
+    init_containers = _read_containers(spec.get("initContainers"), join_path(path, "initContainers"), errors)
+    names = tuple(read_str(c.get("name"), join_path(p, "name"), errors) for p, c in containers)
+    ports = tuple(port for p, c in containers for port in _read_ports(c, p, errors))
+    service_account = read_str(spec.get("serviceAccountName"), join_path(path, "serviceAccountName"), errors)
+    if not service_account:  # the deprecated alias, still honoured by the apiserver
+        service_account = read_str(spec.get("serviceAccount"), join_path(path, "serviceAccount"), errors)
+    host_network = spec.get("hostNetwork", False)
+    if host_network is None:
+        host_network = False
+    if not isinstance(host_network, bool):
+        errors.append(FieldError(join_path(path, "hostNetwork"), f"must be a boolean, got {type_name(host_network)}"))
+        host_network = False
+    return PodFacts(
+        labels=dict(labels or {}),
+        gpus=_pod_gpus(containers, init_containers, errors, gpu_resources=gpu_resources),
+        ports=ports,
+        container_names=names,
+        service_account=service_account or DEFAULT_SERVICE_ACCOUNT,
+        host_network=host_network,
+        placement=read_placement(spec, path, errors),
+    )
+
+
+def read_placement(spec: Mapping[str, Any], path: str, errors: list[FieldError]) -> UserPlacement:
+    """nodeSelector, required nodeSelectorTerms and tolerations, kept as written."""
+    node_selector = read_string_map(spec.get("nodeSelector"), join_path(path, "nodeSelector"), errors)
+    affinity_path = join_path(path, "affinity")
+    affinity = read_mapping(spec.get("affinity"), affinity_path, errors)
+    node_affinity_path = join_path(affinity_path, "nodeAffinity")
+    node_affinity = read_mapping(affinity.get("nodeAffinity"), node_affinity_path, errors)
+    required_path = join_path(node_affinity_path, "requiredDuringSchedulingIgnoredDuringExecution")
+    required = read_mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), required_path, errors)
+    terms_path = join_path(required_path, "nodeSelectorTerms")
+    terms = _read_objects(required.get("nodeSelectorTerms"), terms_path, errors)
+    tolerations = _read_objects(spec.get("tolerations"), join_path(path, "tolerations"), errors)
+    return UserPlacement(node_selector=node_selector, node_selector_terms=terms, tolerations=tolerations)
+
+
+def type_name(value: Any) -> str:
+    """JSON type names for messages: object, list, string, integer, number, boolean, null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "list"
+    return type(value).__name__
+
+
+def _read_objects(value: Any, path: str, errors: list[FieldError]) -> tuple[Mapping[str, Any], ...]:
+    out: list[Mapping[str, Any]] = []
+    for i, item in enumerate(read_list(value, path, errors)):
+        if isinstance(item, Mapping):
+            out.append(item)
+        else:
+            errors.append(FieldError(join_path(path, i), f"must be an object, got {type_name(item)}"))
+    return tuple(out)
+
+
+def _read_containers(value: Any, path: str, errors: list[FieldError]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(path, container) for every container object; a non-object entry is an error."""
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for i, item in enumerate(read_list(value, path, errors)):
+        if isinstance(item, Mapping):
+            out.append((join_path(path, i), item))
+        else:
+            errors.append(FieldError(join_path(path, i), f"must be an object, got {type_name(item)}"))
+    return out
+
+
+def _read_ports(container: Mapping[str, Any], path: str, errors: list[FieldError]) -> list[NamedContainerPort]:
+    name = container.get("name") if isinstance(container.get("name"), str) else ""
+    out: list[NamedContainerPort] = []
+    ports_path = join_path(path, "ports")
+    for i, raw in enumerate(read_list(container.get("ports"), ports_path, errors)):
+        port_path = join_path(ports_path, i)
+        if not isinstance(raw, Mapping):
+            errors.append(FieldError(port_path, f"must be an object, got {type_name(raw)}"))
+            continue
+        number = raw.get("containerPort")
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_PORT:
+            errors.append(FieldError(join_path(port_path, "containerPort"), f"must be an integer in 1..{MAX_PORT}"))
+            continue
+        protocol = read_str(raw.get("protocol"), join_path(port_path, "protocol"), errors, default="TCP")
+        if protocol not in PROTOCOLS:
+            errors.append(FieldError(join_path(port_path, "protocol"), f"must be one of {', '.join(PROTOCOLS)}"))
+            continue
+        port_name = read_str(raw.get("name"), join_path(port_path, "name"), errors)
+        out.append(NamedContainerPort(str(name), ContainerPort(port=number, protocol=protocol, name=port_name)))
+    return out
+
+
+def _container_gpus(
+    container: Mapping[str, Any], path: str, errors: list[FieldError], *, gpu_resources: Sequence[str]
+) -> dict[str, int]:
+    return read_resources_gpus(
+        container.get("resources"), join_path(path, "resources"), errors, gpu_resources=gpu_resources
+    )
+
+
+def read_resources_gpus(
+    raw: Any, path: str, errors: list[FieldError], *, gpu_resources: Sequence[str]
+) -> dict[str, int]:
+    """GPUs in a ResourceRequirements: limits win over requests (for extended resources they must match)."""
+    resources = read_mapping(raw, path, errors)
+    out: dict[str, int] = {}
+    for section in ("requests", "limits"):  # limits last, so they win
+        section_path = join_path(path, section)
+        values = read_mapping(resources.get(section), section_path, errors)
+        for resource in gpu_resources:
+            if resource not in values:
+                continue
+            amount = parse_whole_quantity(values[resource])
+            if amount is None:
+                errors.append(FieldError(join_path(section_path, resource), "must be a whole non-negative quantity"))
+                continue
+            out[resource] = amount
+    return {r: n for r, n in out.items() if n > 0}
+
+
+def _pod_gpus(
+    containers: list[tuple[str, Mapping[str, Any]]],
+    init_containers: list[tuple[str, Mapping[str, Any]]],
+    errors: list[FieldError],
+    *,
+    gpu_resources: Sequence[str],
+) -> dict[str, int]:
+    """A pod's effective GPU request, as the scheduler computes it.
+
+    Regular containers and restartable init containers (sidecars, `restartPolicy: Always`) run
+    together and add up; each plain init container runs alone beside the sidecars started before
+    it, so the pod needs the max of that and the running sum.
+    """
+    running: dict[str, int] = {}
+    for path, container in containers:
+        _add(running, _container_gpus(container, path, errors, gpu_resources=gpu_resources))
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for path, container in init_containers:
+        gpus = _container_gpus(container, path, errors, gpu_resources=gpu_resources)
+        if container.get("restartPolicy") == "Always":
+            _add(sidecars, gpus)
+            continue
+        during = dict(sidecars)
+        _add(during, gpus)
+        for resource, amount in during.items():
+            peak[resource] = max(peak.get(resource, 0), amount)
+    _add(running, sidecars)
+    total = {r: max(running.get(r, 0), peak.get(r, 0)) for r in {*running, *peak}}
+    return {r: n for r, n in sorted(total.items()) if n > 0}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for resource, amount in more.items():
+        into[resource] = into.get(resource, 0) + amount
