@@ -1,0 +1,181 @@
+"""Per-snapshot zone aggregates and GPU capacity: free GPUs per node, node classes, bin packing.
+
+PURE. `zone_index(snapshot, ...)` is built once per snapshot (through `Snapshot.memo`) so a
+decision never walks the node or pod list:
+
+- Only Ready, schedulable nodes that carry the zone label are placement targets.
+- Free GPUs of a node = allocatable minus what non-terminal pods bound to it request.
+- Nodes are grouped into classes: same zone, same taints, same labels once the per-node label keys
+  (hostname, or any key with a value per node) are set aside, same GPU resources. A selector that
+  reads only shared keys is matched once per class; one that reads a per-node key or the node name
+  is matched node by node. With realistic pools the number of classes, not nodes, bounds the cost.
+- `pack` places the GPU replicas' pods first-fit-decreasing: largest demand first, each onto the
+  first node (most free GPUs first) that still has room.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from app.models.cluster import NodeInfo, Snapshot, Taint, freeze
+from app.models.labels import HOSTNAME_LABEL
+
+# A label key counts as per-node when it takes more distinct values than this floor and than half of
+# the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
+PER_NODE_MIN_DISTINCT_VALUES = 16
+
+
+@dataclass(frozen=True)
+class NodeSlot:
+    """One placement target and the GPUs still free on it."""
+
+    name: str
+    labels: Mapping[str, str]
+    free: Mapping[str, int]  # per GPU resource the node offers (allocatable minus held, floored at 0)
+
+    @property
+    def total_free(self) -> int:
+        return sum(self.free.values())
+
+
+@dataclass(frozen=True)
+class NodeClass:
+    """Nodes of one zone that a selector or toleration cannot tell apart."""
+
+    zone: str
+    labels: Mapping[str, str]  # shared labels only (per-node keys removed)
+    taints: tuple[Taint, ...]
+    gpu_resources: frozenset[str]  # GPU resources with allocatable > 0
+    nodes: tuple[NodeSlot, ...]  # most free GPUs first, then by name
+    free: Mapping[str, int]  # free GPUs per resource over all nodes of the class
+
+    def gpus_free(self, resources: Iterable[str]) -> int:
+        return sum(self.free.get(r, 0) for r in resources)
+
+
+@dataclass(frozen=True)
+class ZoneIndex:
+    zones: tuple[str, ...]  # sorted zone names that have at least one placement target
+    classes: Mapping[str, tuple[NodeClass, ...]]  # zone -> its node classes
+    per_node_keys: frozenset[str]
+
+    def classes_in(self, zone: str) -> tuple[NodeClass, ...]:
+        return self.classes.get(zone, ())
+
+
+def held_gpus(snapshot: Snapshot, gpu_resources: Iterable[str]) -> dict[str, dict[str, int]]:
+    """GPUs requested per node by the non-terminal pods bound to it."""
+    wanted = frozenset(gpu_resources)
+    held: dict[str, dict[str, int]] = defaultdict(dict)
+    for pod in snapshot.pods:
+        if not pod.node_name or pod.terminal:
+            continue
+        for resource, count in pod.requests.items():
+            if resource in wanted and count:
+                per_node = held[pod.node_name]
+                per_node[resource] = per_node.get(resource, 0) + count
+    return held
+
+
+def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
+    values: dict[str, set[str]] = defaultdict(set)
+    carriers: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        for key, value in node.labels.items():
+            values[key].add(value)
+            carriers[key] += 1
+    unique = {
+        key
+        for key, seen in values.items()
+        if len(seen) > PER_NODE_MIN_DISTINCT_VALUES and len(seen) * 2 > carriers[key]
+    }
+    return frozenset(unique | {HOSTNAME_LABEL})
+
+
+def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
+    """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
+    targets = [n for n in snapshot.nodes if n.ready and not n.unschedulable and n.labels.get(zone_label)]
+    per_node = _per_node_keys(targets)
+    held = held_gpus(snapshot, gpu_resources)
+    ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str, ...]]
+    grouped: dict[ClassKey, list[NodeSlot]] = defaultdict(list)
+    for node in targets:
+        offered = {r: node.allocatable.get(r, 0) for r in gpu_resources if node.allocatable.get(r, 0) > 0}
+        used = held.get(node.name, {})
+        free: Mapping[str, int] = freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()})
+        shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
+        key: ClassKey = (node.labels[zone_label], shared, node.taints, tuple(sorted(offered)))
+        grouped[key].append(NodeSlot(node.name, node.labels, free))
+    by_zone: dict[str, list[NodeClass]] = defaultdict(list)
+    for (zone, shared, taints, offered_keys), slots in grouped.items():
+        ordered = tuple(sorted(slots, key=lambda s: (-s.total_free, s.name)))
+        totals: dict[str, int] = defaultdict(int)
+        for slot in ordered:
+            for r, n in slot.free.items():
+                totals[r] += n
+        by_zone[zone].append(
+            NodeClass(zone, freeze(dict(shared)), taints, frozenset(offered_keys), ordered, freeze(totals))
+        )
+    classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
+    return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)
+
+
+def zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
+    """The memoised `build_zone_index` for this snapshot and these settings."""
+    memo_key = f"engine.zone-index/{zone_label}/{','.join(gpu_resources)}"
+    return snapshot.memo(memo_key, lambda s: build_zone_index(s, zone_label=zone_label, gpu_resources=gpu_resources))
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """The GPU pods of one replica type and the nodes they may use in one zone."""
+
+    replica: str
+    count: int
+    gpus: Mapping[str, int]
+    pools: tuple[tuple[NodeSlot, ...], ...]  # node lists the pods may use, each most-free first
+
+    @property
+    def per_pod(self) -> int:
+        return sum(self.gpus.values())
+
+
+def _most_free_first(node: NodeSlot) -> tuple[int, str]:
+    return (-node.total_free, node.name)
+
+
+def _fits(node: NodeSlot, used: Mapping[str, int], demand: Mapping[str, int]) -> bool:
+    return all(node.free.get(r, 0) - used.get(r, 0) >= n for r, n in demand.items())
+
+
+def pack(demands: Sequence[PodDemand]) -> str | None:
+    """First-fit-decreasing placement of every pod; None when all fit, else the first replica that did not.
+
+    Nodes are ordered most-free first, so once a node's initial free count is below the pod's
+    demand no later node can take it and the scan stops: the cost depends on the pods placed, not
+    on the number of nodes.
+    """
+    used: dict[str, dict[str, int]] = defaultdict(dict)
+    pods = sorted(((d, i) for d in demands for i in range(d.count)), key=lambda p: (-p[0].per_pod, p[0].replica, p[1]))
+    for demand, _ in pods:
+        placed = False
+        for node in heapq.merge(*demand.pools, key=_most_free_first):
+            if node.total_free < demand.per_pod:
+                break
+            taken = used[node.name]
+            if _fits(node, taken, demand.gpus):
+                for r, n in demand.gpus.items():
+                    taken[r] = taken.get(r, 0) + n
+                placed = True
+                break
+        if not placed:
+            return demand.replica
+    return None
+
+
+def largest_free(pools: Iterable[Sequence[NodeSlot]]) -> int:
+    """The most GPUs free on any one node of these pools (each pool is most-free first)."""
+    return max((pool[0].total_free for pool in pools if pool), default=0)

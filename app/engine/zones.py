@@ -1,0 +1,185 @@
+"""Where each replica of a group can run, zone by zone: GPU anchors, pool taints, user pins.
+
+PURE. For one zone:
+
+- A GPU replica can use the zone's nodes that offer its GPU resources, match its own nodeSelector
+  and required node affinity, and carry only taints it tolerates. These nodes anchor the zone.
+- The zone's GPU-pool taints are the blocking taints of those anchor nodes (never the node
+  lifecycle controller's `node.kubernetes.io/*`). A CPU-only replica (the coordinator, a
+  parameter server) may use any matching node of the zone whose remaining taints are GPU-pool
+  taints: topoguard adds those tolerations (the seed lab's coordinator needs `gpu=present`). In
+  strict mode (validate: the job as written) nothing is added.
+- A replica that cannot use any node of the zone gets a problem naming why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.engine import nodes
+from app.engine.capacity import NodeClass, NodeSlot, ZoneIndex
+from app.models.cluster import Taint
+from app.models.job import JobGroup, Replica, UserPlacement
+
+
+@dataclass(frozen=True)
+class ReplicaFit:
+    """One replica type in one zone."""
+
+    replica: str
+    pools: tuple[tuple[NodeSlot, ...], ...]  # usable node lists (GPU replicas: the GPU nodes)
+    classes: tuple[NodeClass, ...]  # the node classes those lists come from
+    add_tolerations: tuple[Taint, ...]  # GPU-pool taints it does not tolerate yet (sorted)
+    problem: str  # "" when it can run in the zone
+
+    @property
+    def can_run(self) -> bool:
+        return not self.problem
+
+
+@dataclass(frozen=True)
+class ZoneFit:
+    """Every replica type of a group in one zone."""
+
+    zone: str
+    anchored: bool  # every GPU replica has a usable GPU node here (always True for a CPU-only group)
+    replicas: Mapping[str, ReplicaFit]
+    pool_taints: tuple[Taint, ...]
+    gpu_nodes: int  # distinct nodes any GPU replica can use
+    gpus_free: int  # free GPUs (of the kinds the group asks for) on those nodes
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(sorted(f.problem for f in self.replicas.values() if f.problem))
+
+
+def describe_placement(placement: UserPlacement) -> str:
+    """The user's own node constraints in a few words, for messages."""
+    parts = []
+    if placement.node_selector:
+        parts.append("nodeSelector " + ", ".join(f"{k}={v}" for k, v in sorted(placement.node_selector.items())))
+    if placement.node_selector_terms:
+        parts.append("required node affinity")
+    return " and ".join(parts) or "no node constraints"
+
+
+def is_pinned(placement: UserPlacement, zone_label: str) -> bool:
+    """Whether the user's own selectors name the zone label."""
+    return zone_label in nodes.selector_label_keys(placement)
+
+
+def _match_class(placement: UserPlacement, cls: NodeClass, per_node_keys: frozenset[str]) -> tuple[NodeSlot, ...]:
+    if nodes.selects_by_name(placement) or nodes.selector_label_keys(placement) & per_node_keys:
+        return tuple(n for n in cls.nodes if nodes.match_placement(placement, n.labels, n.name))
+    return cls.nodes if nodes.match_placement(placement, cls.labels, "") else ()
+
+
+def _offers(cls: NodeClass, replica: Replica) -> bool:
+    return all(r in cls.gpu_resources for r, n in replica.gpus.items() if n > 0)
+
+
+def _failed(replica: Replica, why: str) -> ReplicaFit:
+    return ReplicaFit(replica.key, (), (), (), f"{replica.key} cannot run here: {why}")
+
+
+def _blocking(matched: Sequence[tuple[NodeClass, tuple[NodeSlot, ...]]], replica: Replica) -> str:
+    taints = {
+        nodes.format_taint(t) for c, _ in matched for t in nodes.untolerated(c.taints, replica.placement.tolerations)
+    }
+    return ", ".join(sorted(taints))
+
+
+def _gpu_fit(replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex) -> ReplicaFit:
+    offering = [c for c in classes if _offers(c, replica)]
+    resources = "+".join(sorted(r for r, n in replica.gpus.items() if n > 0))
+    if not offering:
+        return _failed(replica, f"no Ready, schedulable {resources} node")
+    matched = [(c, _match_class(replica.placement, c, index.per_node_keys)) for c in offering]
+    matched = [(c, slots) for c, slots in matched if slots]
+    if not matched:
+        count = sum(len(c.nodes) for c in offering)
+        return _failed(
+            replica, f"its {describe_placement(replica.placement)} matches none of the {count} {resources} node(s)"
+        )
+    usable = [(c, slots) for c, slots in matched if not nodes.untolerated(c.taints, replica.placement.tolerations)]
+    if not usable:
+        return _failed(replica, f"it does not tolerate taint {_blocking(matched, replica)} of the {resources} nodes")
+    return ReplicaFit(replica.key, tuple(s for _, s in usable), tuple(c for c, _ in usable), (), "")
+
+
+def _cpu_fit(
+    replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex, pool_taints: frozenset[Taint]
+) -> ReplicaFit:
+    matched = [(c, _match_class(replica.placement, c, index.per_node_keys)) for c in classes]
+    matched = [(c, slots) for c, slots in matched if slots]
+    if not matched:
+        return _failed(replica, f"its {describe_placement(replica.placement)} matches no node")
+    usable = [
+        (c, slots)
+        for c, slots in matched
+        if all(t in pool_taints for t in nodes.untolerated(c.taints, replica.placement.tolerations))
+    ]
+    if not usable:
+        return _failed(replica, f"it does not tolerate taint {_blocking(matched, replica)} of the nodes it selects")
+    # Tolerate every GPU-pool taint the replica lacks, so it can share the GPU nodes (the lab's fix).
+    add = tuple(sorted(nodes.untolerated(pool_taints, replica.placement.tolerations), key=taint_order))
+    return ReplicaFit(replica.key, tuple(s for _, s in usable), tuple(c for c, _ in usable), add, "")
+
+
+def taint_order(taint: Taint) -> tuple[str, str, str]:
+    return (taint.key, taint.value, taint.effect)
+
+
+def fit_zone(group: JobGroup, index: ZoneIndex, zone: str, *, strict: bool) -> ZoneFit:
+    """How every replica type of `group` fits `zone` (strict: tolerations exactly as written)."""
+    classes = index.classes_in(zone)
+    gpu_replicas = [r for r in group.replicas if r.gpus_per_pod > 0]
+    fits: dict[str, ReplicaFit] = {r.key: _gpu_fit(r, classes, index) for r in gpu_replicas}
+    anchors = [f for f in fits.values() if f.can_run]
+    anchor_nodes = {slot.name: slot for f in anchors for pool in f.pools for slot in pool}
+    pool_taints: frozenset[Taint] = frozenset()
+    if not strict:
+        pool_taints = frozenset(
+            t
+            for cls in {id(c): c for f in anchors for c in f.classes}.values()
+            for t in cls.taints
+            if t.effect in nodes.BLOCKING_EFFECTS and not nodes.is_system_taint(t)
+        )
+    for replica in group.replicas:
+        if replica.gpus_per_pod == 0:
+            fits[replica.key] = _cpu_fit(replica, classes, index, pool_taints)
+    gpu_keys = frozenset(r for rep in gpu_replicas for r, n in rep.gpus.items() if n > 0)
+    return ZoneFit(
+        zone=zone,
+        anchored=len(anchors) == len(gpu_replicas),
+        replicas=fits,
+        pool_taints=tuple(sorted(pool_taints, key=taint_order)),
+        gpu_nodes=len(anchor_nodes),
+        gpus_free=sum(s.free.get(r, 0) for s in anchor_nodes.values() for r in gpu_keys),
+    )
+
+
+def replica_zones(fits: Sequence[ZoneFit]) -> dict[str, tuple[str, ...]]:
+    """Per replica key, the zones (in `fits` order) where it can run."""
+    out: dict[str, list[str]] = {}
+    for fit in fits:
+        for key, rf in fit.replicas.items():
+            out.setdefault(key, [])
+            if rf.can_run:
+                out[key].append(fit.zone)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def describe_conflict(group: JobGroup, zones_of: Mapping[str, Sequence[str]], zone_label: str) -> str:
+    """ "Master is pinned to zone-b, Worker can only run in zone-a" for replicas that share no zone."""
+    parts = []
+    for replica in group.replicas:
+        where = zones_of.get(replica.key, ())
+        if not where:
+            parts.append(f"{replica.key} cannot run in any zone")
+        elif is_pinned(replica.placement, zone_label):
+            parts.append(f"{replica.key} is pinned to {', '.join(where)}")
+        else:
+            parts.append(f"{replica.key} can only run in {', '.join(where)}")
+    return "the replicas share no zone: " + ", ".join(parts)
