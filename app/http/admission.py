@@ -1,0 +1,261 @@
+"""PURE admission pipeline: AdmissionReview in → response AdmissionReview out.
+
+The server's POST /mutate and /validate and `topoguard review` both call `parse_review` then
+`answer`, so they give the same answer to the same review. No FastAPI, no I/O, no metrics: the
+caller records those, which is also why a dry-run request needs nothing special here (the answer
+is the same and `answer` has no side effects; `Outcome.dry_run` lets the caller skip its own).
+
+Order of the checks in `answer` (each one ends the pipeline):
+
+1. DELETE / CONNECT, or an object being deleted (`metadata.deletionTimestamp`): allowed untouched.
+2. A namespace the snapshot knows but which is not labelled `topoguard.io/enabled=true`: allowed
+   untouched. The webhook's namespaceSelector is the real gate; this makes `topoguard review` and
+   a mis-scoped webhook configuration agree with it instead of patching jobs nobody opted in. A
+   namespace missing from the snapshot is checked (the selector already let the request through).
+3. Unsupported apiVersion/kind: refused, 400, naming the kind and the supported ones.
+4. A malformed job: refused, 422, listing every bad field path.
+5. UPDATE whose placement-relevant parts (per replica: count, GPUs, ports, labels, nodeSelector,
+   affinity, tolerations, spread constraints) equal the old object's: allowed, no patch. Only
+   placement is re-checked on UPDATE; everything else the operators and Kueue change is let through.
+6. A cache problem (not synced, stale): refused 503 or, under enforcement `warn`, allowed with a
+   warning, never a silent allow.
+7. The engine: mutate uses `engine.decide` (best effort: adds tolerations, picks a zone), validate
+   uses `engine.validate` (strict: the job as written). No zone qualifies → enforcement `deny`
+   refuses with 403 and the per-zone reasons; `warn` admits unchanged with warnings.
+   Otherwise mutate answers the JSON Patch (none when already placed), validate admits.
+
+Enforcement is the setting `enforcement`, overridden by the Namespace label
+`topoguard.io/enforcement=warn|deny`. An unexpected exception anywhere becomes a refusal with code
+500 naming the request uid (the caller logs it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from app import engine, jobs
+from app.config import Settings
+from app.engine import patches
+from app.http import responses
+from app.models import labels
+from app.models.admission import API_VERSION, KIND, AdmissionRequest
+from app.models.cluster import Snapshot
+from app.models.decision import Decision
+from app.models.job import JobGroup
+
+__all__ = ["AdmissionRequest", "BadReview", "Outcome", "answer", "parse_review"]
+
+log = logging.getLogger(__name__)
+
+OutcomeName = Literal["patched", "unchanged", "denied", "warned", "skipped", "error"]
+Operation = Literal["mutate", "validate"]
+
+# Template fields whose change on UPDATE means placement must be checked again.
+PLACEMENT_SPEC_FIELDS = ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints")
+MAX_LISTED_ERRORS = 20
+
+
+class BadReview(ValueError):
+    """The body is not a usable AdmissionReview v1: the server answers HTTP 400 with str(e)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What `answer` decided: the full response AdmissionReview, and labels for metrics and logs."""
+
+    review: dict[str, Any]
+    outcome: OutcomeName
+    kind: str
+    decision: Decision | None
+    dry_run: bool = False
+
+
+def parse_review(body: Any) -> AdmissionRequest:
+    """The request of an AdmissionReview `admission.k8s.io/v1` (already decoded from JSON).
+
+    Raises:
+        BadReview: not an object, wrong apiVersion or kind, no request, a missing or mistyped
+            request field (uid, operation, ...), or no object for CREATE/UPDATE.
+    """
+    if not isinstance(body, Mapping):
+        raise BadReview(f"body must be an AdmissionReview object, got {_json_type(body)}")
+    if body.get("apiVersion") != API_VERSION:
+        raise BadReview(f"apiVersion must be {API_VERSION!r}, got {body.get('apiVersion')!r}")
+    if body.get("kind") != KIND:
+        raise BadReview(f"kind must be {KIND!r}, got {body.get('kind')!r}")
+    raw = body.get("request")
+    if not isinstance(raw, Mapping):
+        raise BadReview("request is missing" if raw is None else f"request must be an object, got {_json_type(raw)}")
+    try:
+        request = AdmissionRequest.model_validate(raw)
+    except ValidationError as e:
+        problems = [f"request.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise BadReview("; ".join(problems[:MAX_LISTED_ERRORS])) from None
+    if not request.uid:
+        raise BadReview("request.uid must not be empty")
+    if request.obj is None and request.operation in ("CREATE", "UPDATE"):
+        raise BadReview(f"request.object is required for {request.operation}")
+    return request
+
+
+def answer(
+    request: AdmissionRequest,
+    *,
+    snapshot: Snapshot,
+    settings: Settings,
+    operation: Operation,
+    cache_problem: str | None = None,
+) -> Outcome:
+    """The response AdmissionReview for `request` (see the module docstring for the rules)."""
+    kind = request.kind.kind or str((request.obj or {}).get("kind", ""))
+    try:
+        outcome = _answer(request, snapshot, settings, operation, cache_problem, kind)
+    except Exception as e:  # the webhook must answer whatever goes wrong; the traceback goes to the log
+        log.exception("unexpected error answering a review", extra={"uid": request.uid})
+        message = f"topoguard: internal error answering request {request.uid}: {type(e).__name__}: {e}"
+        outcome = Outcome(responses.refused(request.uid, code=500, message=message), "error", kind, None)
+    if request.dry_run:
+        outcome = Outcome(outcome.review, outcome.outcome, outcome.kind, outcome.decision, dry_run=True)
+    return outcome
+
+
+def _answer(
+    request: AdmissionRequest,
+    snapshot: Snapshot,
+    settings: Settings,
+    operation: Operation,
+    cache_problem: str | None,
+    kind: str,
+) -> Outcome:
+    uid = request.uid
+    obj = request.obj
+    if request.operation in ("DELETE", "CONNECT") or obj is None:
+        return Outcome(responses.allowed(uid), "skipped", kind, None)
+    metadata = _mapping(obj.get("metadata"))
+    if metadata.get("deletionTimestamp"):
+        return Outcome(responses.allowed(uid), "skipped", kind, None)
+    namespace = request.namespace or str(metadata.get("namespace") or "")
+    if not _opted_in(snapshot, namespace):
+        return Outcome(responses.allowed(uid), "skipped", kind, None)
+    subject = _subject(obj, kind, namespace, request.name)
+
+    try:
+        group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace)
+    except jobs.UnsupportedKindError as e:
+        return Outcome(responses.refused(uid, code=400, message=_unsupported_message(e)), "denied", kind, None)
+    except jobs.InvalidJobError as e:
+        return Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, None)
+
+    if request.operation == "UPDATE" and _placement_unchanged(request.old_object, group, settings, namespace):
+        return Outcome(responses.allowed(uid), "unchanged", kind, None)
+
+    enforcement = _enforcement(snapshot, namespace, settings)
+    if cache_problem is not None:
+        message = f"topoguard: cannot check {subject}: {cache_problem}"
+        if enforcement == "warn":
+            return Outcome(responses.allowed(uid, warnings=[message + "; admitted unchecked (enforcement=warn)"]),
+                           "warned", kind, None)
+        return Outcome(responses.refused(uid, code=503, message=message + "; retry shortly"), "denied", kind, None)
+
+    decide = engine.decide if operation == "mutate" else engine.validate
+    decision = decide(group, snapshot, settings)
+    audit = {"zone": decision.zone} if decision.zone else {}
+    if not decision.allowed:
+        reasons = list(decision.reasons) or ["no zone qualifies"]
+        if enforcement == "warn":
+            summary = f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn)"
+            review = responses.allowed(uid, warnings=[summary, *reasons, *decision.warnings],
+                                       audit={**audit, "outcome": "warned"})
+            return Outcome(review, "warned", kind, decision)
+        message = f"topoguard: {subject} cannot run in one open zone: " + "; ".join(reasons)
+        review = responses.refused(uid, code=403, message=message, warnings=decision.warnings,
+                                   audit={**audit, "outcome": "denied"})
+        return Outcome(review, "denied", kind, decision)
+
+    ops: list[dict[str, Any]] = []
+    if operation == "mutate":
+        try:
+            ops = patches.build_patch(obj, group, decision, settings)
+        except (patches.PatchError, jobs.InvalidJobError) as e:
+            problems = [str(err) for err in e.errors] if isinstance(e, jobs.InvalidJobError) else [str(e)]
+            return Outcome(_invalid(uid, subject, problems), "denied", kind, decision)
+    name: OutcomeName = "patched" if ops else "unchanged"
+    review = responses.allowed(uid, patch=ops, warnings=decision.warnings, audit={**audit, "outcome": name})
+    return Outcome(review, name, kind, decision)
+
+
+def _opted_in(snapshot: Snapshot, namespace: str) -> bool:
+    known = snapshot.namespaces.get(namespace) if namespace else None
+    return known is None or known.labels.get(labels.ENABLED_LABEL) == "true"
+
+
+def _enforcement(snapshot: Snapshot, namespace: str, settings: Settings) -> str:
+    """The namespace label `topoguard.io/enforcement` (warn|deny) when set, else the setting."""
+    value = snapshot.namespace_labels(namespace).get(labels.ENFORCEMENT_LABEL, "") if namespace else ""
+    return value if value in ("deny", "warn") else settings.enforcement
+
+
+def _subject(obj: Mapping[str, Any], kind: str, namespace: str, name: str | None) -> str:
+    """`PyTorchJob ml/train` for messages (a generateName shows as `prefix*`)."""
+    metadata = _mapping(obj.get("metadata"))
+    shown = name or metadata.get("name") or (f"{metadata['generateName']}*" if metadata.get("generateName") else "")
+    where = f"{namespace}/{shown}" if namespace else str(shown)
+    return f"{kind or 'object'} {where}".strip()
+
+
+def _unsupported_message(error: jobs.UnsupportedKindError) -> str:
+    supported = ", ".join(f"{kind} ({api})" for api, kind in sorted(jobs.SUPPORTED, key=lambda p: (p[1], p[0])))
+    what = f"{error.kind or '(no kind)'} ({error.api_version or 'no apiVersion'})"
+    return f"topoguard does not handle {what}; supported: {supported}"
+
+
+def _invalid(uid: str, subject: str, problems: Sequence[str]) -> dict[str, Any]:
+    listed = "; ".join(problems[:MAX_LISTED_ERRORS])
+    more = f" (and {len(problems) - MAX_LISTED_ERRORS} more)" if len(problems) > MAX_LISTED_ERRORS else ""
+    return responses.refused(uid, code=422, message=f"topoguard: {subject} is invalid: {listed}{more}")
+
+
+def _placement(group: JobGroup) -> list[tuple[Any, ...]]:
+    """What decides where a group's pods may run and which flows they need, per replica."""
+    out: list[tuple[Any, ...]] = []
+    for r in group.replicas:
+        spec = _mapping(r.template.get("spec"))
+        out.append((r.key, r.count, dict(r.gpus), r.ports, r.host_network, r.service_account, dict(r.pod_labels),
+                    tuple(spec.get(f) for f in PLACEMENT_SPEC_FIELDS)))
+    return out
+
+
+def _placement_unchanged(
+    old: Mapping[str, Any] | None, group: JobGroup, settings: Settings, namespace: str
+) -> bool:
+    """Whether an UPDATE leaves placement as the old object had it (unparsable old → re-check)."""
+    if old is None:
+        return False
+    try:
+        before = jobs.parse_job(old, gpu_resources=settings.gpu_resources, namespace=namespace)
+    except jobs.JobError:
+        return False
+    return _placement(before) == _placement(group) and before.flows == group.flows
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__

@@ -1,0 +1,101 @@
+"""PURE: outcomes → the response AdmissionReview (uid echo, base64 JSON Patch, warnings, status).
+
+The one place that knows the response's wire shape, so `topoguard review` and the server send the
+same bytes. No FastAPI import: the CLI uses this without loading the web stack.
+
+Kubernetes conventions followed (Dynamic Admission Control docs):
+
+- A refusal is HTTP 200 with `allowed: false` and `status.code` / `status.message`; the apiserver
+  shows the message to the user as "admission webhook ... denied the request: <message>".
+- `patch` is base64 of a JSON Patch with `patchType: JSONPatch`, and is omitted when empty.
+- Warnings should stay under 120 characters where possible; the apiserver may truncate those over
+  256 characters and may drop some when there are many, so both are bounded here.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from app.models.admission import AdmissionResponse, AdmissionReview, Status
+
+WARNING_MAX_CHARS = 256
+MAX_WARNINGS = 12
+MESSAGE_MAX_CHARS = 4000
+
+# metav1.StatusReason for the codes topoguard answers with.
+REASONS: Mapping[int, str] = {
+    400: "BadRequest",
+    403: "Forbidden",
+    422: "Invalid",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
+    """base64 of the compact JSON encoding of a JSON Patch."""
+    return base64.b64encode(orjson.dumps(list(ops))).decode("ascii")
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, marking the cut with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def bound_warnings(warnings: Iterable[str]) -> list[str]:
+    """Non-empty, de-duplicated warnings, each at most 256 characters, at most MAX_WARNINGS of them."""
+    out: list[str] = []
+    for w in warnings:
+        w = clip(" ".join(w.split()), WARNING_MAX_CHARS)
+        if w and w not in out:
+            out.append(w)
+    if len(out) > MAX_WARNINGS:
+        hidden = len(out) - (MAX_WARNINGS - 1)
+        out = [*out[: MAX_WARNINGS - 1], f"... and {hidden} more (topoguard explain shows all)"]
+    return out
+
+
+def _review(response: AdmissionResponse) -> dict[str, Any]:
+    return AdmissionReview(response=response).to_wire()
+
+
+def allowed(
+    uid: str,
+    *,
+    patch: Sequence[Mapping[str, Any]] = (),
+    warnings: Iterable[str] = (),
+    audit: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The review that admits the object, with its JSON Patch when there is one."""
+    shown = bound_warnings(warnings)
+    return _review(AdmissionResponse(
+        uid=uid,
+        allowed=True,
+        patch_type="JSONPatch" if patch else None,
+        patch=encode_patch(patch) if patch else None,
+        warnings=shown or None,
+        audit_annotations=dict(audit) if audit else None,
+    ))
+
+
+def refused(
+    uid: str,
+    *,
+    code: int,
+    message: str,
+    warnings: Iterable[str] = (),
+    audit: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The review that refuses the object: `allowed: false` with `status.code` and `status.message`."""
+    shown = bound_warnings(warnings)
+    return _review(AdmissionResponse(
+        uid=uid,
+        allowed=False,
+        status=Status(code=code, message=clip(message, MESSAGE_MAX_CHARS), reason=REASONS.get(code)),
+        warnings=shown or None,
+        audit_annotations=dict(audit) if audit else None,
+    ))

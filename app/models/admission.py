@@ -1,0 +1,90 @@
+"""AdmissionReview `admission.k8s.io/v1` as the apiserver sends it and as topoguard answers it.
+
+Types only. Input models allow extra fields (the apiserver adds fields over releases and a webhook
+must not break on them); the response model forbids them so nothing unexpected is ever sent.
+Field names are snake_case in Python and camelCase on the wire (`populate_by_name`, `by_alias`).
+Reference: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class GroupVersionKind(_Wire):
+    group: str = ""
+    version: str = ""
+    kind: str = ""
+
+
+class GroupVersionResource(_Wire):
+    group: str = ""
+    version: str = ""
+    resource: str = ""
+
+
+class AdmissionRequest(_Wire):
+    """The `request` of an AdmissionReview. `object` is absent only for DELETE and CONNECT."""
+
+    uid: str
+    kind: GroupVersionKind = Field(default_factory=GroupVersionKind)
+    resource: GroupVersionResource = Field(default_factory=GroupVersionResource)
+    sub_resource: str | None = None
+    request_kind: GroupVersionKind | None = None
+    request_resource: GroupVersionResource | None = None
+    request_sub_resource: str | None = None
+    name: str | None = None
+    namespace: str | None = None  # empty or absent for cluster-scoped objects
+    operation: Operation
+    user_info: dict[str, Any] | None = None
+    obj: dict[str, Any] | None = Field(default=None, alias="object")
+    old_object: dict[str, Any] | None = None
+    dry_run: bool | None = None
+    options: dict[str, Any] | None = None
+
+
+class Status(BaseModel):
+    """The subset of metav1.Status a webhook sets when it refuses: `code` and `message` (+ reason)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: int
+    message: str
+    reason: str | None = None
+
+
+class AdmissionResponse(BaseModel):
+    """The `response` of an AdmissionReview. `patch` is base64 of a JSON Patch, omitted when empty."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    uid: str
+    allowed: bool
+    status: Status | None = None
+    patch_type: Literal["JSONPatch"] | None = None
+    patch: str | None = None
+    warnings: list[str] | None = None
+    audit_annotations: dict[str, str] | None = None
+
+
+class AdmissionReview(_Wire):
+    api_version: str = API_VERSION
+    kind: str = KIND
+    request: AdmissionRequest | None = None
+    response: AdmissionResponse | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object sent back: camelCase keys, unset optional fields omitted."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
