@@ -1,0 +1,140 @@
+"""The kinds the watch cache follows: where each is served, how it is requested, how it is projected.
+
+One `Resource` per kind. Requests go through the official client's generated list methods with
+`_preload_content=False`, so we get the raw urllib3 response and parse JSON ourselves: the client's
+model deserialisation is far too slow for a 5,000-node NodeList (research/perf-rel-sec.md, P5),
+and a projection is all we keep. This module does not loop, retry or keep state (reflector.py does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from app.cache import projections
+from app.cache.errors import ApiError
+from app.config import Settings
+
+# Bound, non-terminal pods only: the snapshot's pods exist for GPU capacity (DESIGN.md step 3).
+POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+CRD_ABSENT = "absent (CRD not installed)"
+
+Projector = Callable[[Mapping[str, Any]], Any]  # raw object -> projection, or None to not keep it
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One watched kind.
+
+    Attributes:
+        kind: the Kubernetes kind, also the key in SyncStatus.detail and counts().
+        plural: the resource name in the URL.
+        api_versions: candidate apiVersions, most preferred first; the first one served is used
+            (CiliumCIDRGroup is cilium.io/v2 since Cilium 1.18 and v2alpha1 before it).
+        optional: a CRD that may not be installed: a 404 on list marks the kind absent, not failing.
+        field_selector: sent with list and watch (the apiserver filters; it also turns an object
+            that stops matching into a DELETED event).
+        project: raw object -> projection, or None when the object is not kept.
+    """
+
+    kind: str
+    plural: str
+    api_versions: tuple[str, ...]
+    project: Projector
+    optional: bool = False
+    field_selector: str = ""
+
+    def path(self, api_version: str) -> str:
+        """The collection URL path (for logs and the fake apiserver)."""
+        if "/" not in api_version:
+            return f"/api/{api_version}/{self.plural}"
+        return f"/apis/{api_version}/{self.plural}"
+
+
+def _gpu_pod_projector(gpu_resources: tuple[str, ...]) -> Projector:
+    def project(obj: Mapping[str, Any]) -> Any:
+        pod = projections.project_pod(obj)
+        if not pod.node_name or pod.terminal:
+            return None  # the field selector already filters these; a stale MODIFIED may still carry one
+        if not any(pod.requests.get(name, 0) > 0 for name in gpu_resources):
+            return None
+        return pod
+
+    return project
+
+
+def build_resources(settings: Settings) -> tuple[Resource, ...]:
+    """Every kind the cache follows, in the order their status is reported."""
+    return (
+        Resource("Node", "nodes", ("v1",), projections.project_node),
+        Resource("Namespace", "namespaces", ("v1",), projections.project_namespace),
+        Resource(
+            "Pod",
+            "pods",
+            ("v1",),
+            _gpu_pod_projector(tuple(settings.gpu_resources)),
+            field_selector=POD_FIELD_SELECTOR,
+        ),
+        Resource("NetworkPolicy", "networkpolicies", ("networking.k8s.io/v1",), projections.project_policy),
+        Resource(
+            "CiliumNetworkPolicy", "ciliumnetworkpolicies", ("cilium.io/v2",), projections.project_policy, optional=True
+        ),
+        Resource(
+            "CiliumClusterwideNetworkPolicy",
+            "ciliumclusterwidenetworkpolicies",
+            ("cilium.io/v2",),
+            projections.project_policy,
+            optional=True,
+        ),
+        Resource(
+            "CiliumCIDRGroup",
+            "ciliumcidrgroups",
+            ("cilium.io/v2", "cilium.io/v2alpha1"),
+            projections.project_cidr_group,
+            optional=True,
+        ),
+    )
+
+
+_CORE_LISTERS = {"nodes": "list_node", "namespaces": "list_namespace", "pods": "list_pod_for_all_namespaces"}
+
+
+def open_collection(
+    api_client: client.ApiClient,
+    resource: Resource,
+    api_version: str,
+    *,
+    timeout: tuple[float, float],
+    **query: Any,
+) -> Any:
+    """Send one list or watch request and return the unread urllib3 response.
+
+    Args:
+        api_client: the configured client (auth, TLS, host).
+        resource: which collection.
+        api_version: one of `resource.api_versions`.
+        timeout: (connect, read) seconds for the socket; the read timeout must exceed a watch's
+            `timeout_seconds`, or an idle watch would look like a failure.
+        **query: the generated client's list parameters (watch, resource_version, limit, _continue,
+            allow_watch_bookmarks, timeout_seconds). None values are not sent.
+
+    Raises:
+        ApiError: the apiserver answered with a non-2xx status (wraps ApiException).
+    """
+    params = {k: v for k, v in query.items() if v is not None}
+    if resource.field_selector:
+        params["field_selector"] = resource.field_selector
+    params.update(_preload_content=False, _request_timeout=timeout)
+    try:
+        if "/" not in api_version:
+            lister = getattr(client.CoreV1Api(api_client), _CORE_LISTERS[resource.plural])
+            return lister(**params)
+        group, version = api_version.split("/", 1)
+        custom = client.CustomObjectsApi(api_client)
+        return custom.list_cluster_custom_object(group, version, resource.plural, **params)
+    except ApiException as e:
+        raise ApiError.from_exception(e) from e

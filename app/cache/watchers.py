@@ -1,0 +1,215 @@
+"""The live cache: list+watch every kind topoguard reads and publish immutable Snapshots.
+
+`WatchStore` implements app.cache.store.Store. One daemon thread per kind runs a Reflector
+(reflector.py) with the official, synchronous `kubernetes` client; a publisher thread turns the
+kinds' projections into a new `Snapshot` at most once per `publish_interval_seconds` after a change
+(bursts coalesce), and swaps it in with one reference assignment, so `snapshot()` takes no lock.
+
+Why threads and the sync client rather than kubernetes_asyncio: the sync client is already our
+dependency and the official one; blocking reads stay off the event loop that serves admission
+requests; and stop() can still be prompt, because it shuts down the sockets the threads read.
+
+Not here: what a snapshot means (app.models.cluster), how objects are projected (projections.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import MappingProxyType
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from app.cache import resources
+from app.cache.errors import CacheNotReadyError, ClientConfigError
+from app.cache.reflector import Reflector, WatchTuning
+from app.cache.store import SyncStatus
+from app.config import Settings
+from app.models.cluster import Snapshot
+
+log = logging.getLogger(__name__)
+
+POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
+
+
+def build_api_client(kubeconfig: str | None, *, pool_size: int) -> client.ApiClient:
+    """An ApiClient from `kubeconfig`, else in-cluster config, else the default kubeconfig.
+
+    Raises:
+        ClientConfigError: no usable configuration (the message says which sources were tried).
+    """
+    configuration = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration, persist_config=False
+            )
+        else:
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except ConfigException:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration, persist_config=False
+                )
+    except (ConfigException, OSError, ValueError, TypeError) as e:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config or the default kubeconfig"
+        raise ClientConfigError(f"cannot configure the Kubernetes client from {where}: {e}") from e
+    # One long-lived connection per watch, plus room for relists.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, pool_size)
+    return client.ApiClient(configuration)
+
+
+class WatchStore:
+    """A Store fed by list+watch (see the module docstring).
+
+    `status().detail` maps each kind to "listing", "synced", "absent (CRD not installed)" or
+    "failing since <UTC time>: <error>"; `counts()` maps each kind to the number of objects held
+    (for Pods: bound, non-terminal pods that request a configured GPU resource).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kubeconfig: str | None = None,
+        api_client: client.ApiClient | None = None,
+        tuning: WatchTuning | None = None,
+    ) -> None:
+        self._settings = settings
+        self._tuning = tuning or WatchTuning()
+        specs = resources.build_resources(settings)
+        self._owns_client = api_client is None
+        self._client = api_client or build_api_client(kubeconfig, pool_size=len(specs) + 2)
+        self._lock = threading.Lock()  # guards every Reflector's KindCache
+        self._changed = threading.Event()
+        self._stop = threading.Event()
+        self._reflectors = [
+            Reflector(spec, api_client=self._client, tuning=self._tuning, lock=self._lock, on_change=self._changed.set)
+            for spec in specs
+        ]
+        self._threads: list[threading.Thread] = []
+        self._subscribers: list[Callable[[Snapshot], None]] = []
+        self._snapshot: Snapshot | None = None  # swapped atomically; None until the first sync
+        self._revision = 0
+        self._published_at = time.monotonic()
+
+    # -- Store -----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The latest published snapshot.
+
+        Raises:
+            CacheNotReadyError: the first list of some kind has not finished yet; callers must
+                refuse to decide rather than decide on partial data.
+        """
+        current = self._snapshot
+        if current is None:
+            pending = [r.resource.kind for r in self._reflectors if not r.listed]
+            raise CacheNotReadyError(f"cluster cache not synced yet (waiting for {', '.join(pending) or 'publish'})")
+        return current
+
+    def status(self) -> SyncStatus:
+        now = time.monotonic()
+        bound = self._settings.cache_stale_seconds
+        return SyncStatus(
+            synced=self._snapshot is not None,
+            stale=any(r.failing_for(now) > bound for r in self._reflectors),
+            age_seconds=max(now - self._published_at, 0.0),
+            detail={r.resource.kind: r.detail(now) for r in self._reflectors},
+        )
+
+    def counts(self) -> dict[str, int]:
+        """Objects held per kind (for the `cache_objects{kind}` metric)."""
+        with self._lock:
+            return {r.resource.kind: len(r.cache.items) for r in self._reflectors}
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
+        """Call `callback(snapshot)` for every snapshot published from now on.
+
+        Callbacks run on the publisher thread: keep them short and thread-safe. An exception is
+        logged and does not stop publishing. If a snapshot exists already, the callback gets it now.
+        """
+        self._subscribers.append(callback)
+        current = self._snapshot
+        if current is not None:
+            self._notify(callback, current)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every watch and the publisher in background threads; returns immediately."""
+        if self._threads:
+            raise RuntimeError("WatchStore already started")
+        self._published_at = time.monotonic()
+        for reflector in self._reflectors:
+            name = f"topoguard-watch-{reflector.resource.kind}"
+            self._threads.append(threading.Thread(target=reflector.run, args=(self._stop,), name=name, daemon=True))
+        self._threads.append(threading.Thread(target=self._publish_loop, name="topoguard-publish", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    async def stop(self) -> None:
+        """Stop every watch promptly: cut the open streams and wait (bounded) for the threads."""
+        self._stop.set()
+        self._changed.set()
+        for reflector in self._reflectors:
+            reflector.interrupt()
+        deadline = time.monotonic() + self._tuning.stop_grace_seconds
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        lingering = [t.name for t in self._threads if t.is_alive()]
+        if lingering:
+            log.warning("cache threads still finishing a request after stop: %s", ", ".join(lingering))
+        elif self._owns_client:
+            self._client.close()  # type: ignore[no-untyped-call]
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def _publish_loop(self) -> None:
+        interval = self._tuning.publish_interval_seconds
+        while not self._stop.is_set():
+            self._changed.wait()
+            if self._stop.wait(interval):  # let a burst of events land in the same snapshot
+                return
+            self._changed.clear()
+            try:
+                self._publish()
+            except Exception:  # publishing must outlive a bad object
+                log.exception("building the cluster snapshot failed")
+
+    def _publish(self) -> None:
+        if not all(r.listed for r in self._reflectors):
+            return
+        snapshot = self._build()
+        self._snapshot = snapshot  # the atomic swap readers rely on
+        self._published_at = time.monotonic()
+        for callback in list(self._subscribers):
+            self._notify(callback, snapshot)
+
+    def _build(self) -> Snapshot:
+        with self._lock:  # copy under the lock, sort outside it
+            copied = {r.resource.kind: list(r.cache.items.items()) for r in self._reflectors}
+            absent = tuple(r.resource.kind for r in self._reflectors if r.absent)
+        held = {kind: sorted(items, key=lambda kv: kv[0]) for kind, items in copied.items()}
+        self._revision += 1
+        policies = [p for kind in POLICY_KINDS for _, p in held[kind]]
+        return Snapshot(
+            nodes=tuple(v for _, v in held["Node"]),
+            namespaces=MappingProxyType({v.name: v for _, v in held["Namespace"]}),
+            pods=tuple(v for _, v in held["Pod"]),
+            policies=tuple(policies),
+            cidr_groups=MappingProxyType({v.name: v for _, v in held["CiliumCIDRGroup"]}),
+            revision=f"watch-{self._revision}",
+            missing_kinds=absent,
+        )
+
+    @staticmethod
+    def _notify(callback: Callable[[Snapshot], None], snapshot: Snapshot) -> None:
+        try:
+            callback(snapshot)
+        except Exception:  # a subscriber must not break the cache
+            log.exception("snapshot subscriber %r failed", callback)
