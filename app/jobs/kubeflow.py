@@ -174,7 +174,10 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
     if errors:
         raise InvalidJobError(errors)
     assert coordinator is not None  # no errors means a coordinator was found
-    replicas = tuple(_build_replica(s, framework, meta, coordinator) for s in specs)
+    # mpi-operator: with runLauncherAsWorker the launcher is rank 0 and labelled replica-index=0.
+    launcher_is_worker = spec.get("runLauncherAsWorker") is True
+    replicas = tuple(_build_replica(s, framework, meta, coordinator, launcher_is_worker) for s in specs)
+    ports = {s.key: _operator_port(s.facts, framework) for s in specs}
     return JobGroup(
         api_version=framework.api_version,
         kind=framework.kind,
@@ -182,7 +185,7 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
         namespace=meta.namespace,
         replicas=replicas,
         coordinator=coordinator.key,
-        flows=tuple(_build_flows(replicas, coordinator.key, framework, spec, rdzv_port)),
+        flows=tuple(_build_flows(replicas, ports, coordinator.key, framework, spec, rdzv_port)),
         group_selector=_operator_labels(framework, meta),
         annotations=meta.annotations,
     )
@@ -283,7 +286,9 @@ def _operator_labels(framework: Framework, meta: JobMeta) -> dict[str, str]:
     return out
 
 
-def _build_replica(s: _Spec, framework: Framework, meta: JobMeta, coordinator: _Spec) -> Replica:
+def _build_replica(
+    s: _Spec, framework: Framework, meta: JobMeta, coordinator: _Spec, launcher_is_worker: bool
+) -> Replica:
     is_coordinator = s.key == coordinator.key
     labels = _operator_labels(framework, meta)
     leader: dict[str, str] = {}
@@ -293,6 +298,8 @@ def _build_replica(s: _Spec, framework: Framework, meta: JobMeta, coordinator: _
         if s.canonical == "Launcher":
             index_label = ""
             labels.update(_launcher_labels(meta))
+            if launcher_is_worker:
+                labels[L.KF_REPLICA_INDEX] = "0"
     else:
         labels[L.KF_REPLICA_TYPE] = s.key.lower()
         if is_coordinator and s.canonical in framework.job_role_types:
@@ -340,16 +347,20 @@ def _pod_ports(facts: PodFacts, framework: Framework) -> tuple[ContainerPort, ..
     return (*ports, ContainerPort(port=framework.default_port, protocol="TCP", name=framework.port_name))
 
 
-def _framework_port(replica: Replica, framework: Framework) -> int:
-    """The replica's rendezvous/cluster port: the named port on its pods, else the default."""
-    for p in replica.ports:
-        if p.name == framework.port_name:
-            return p.port
-    return framework.default_port
+def _operator_port(facts: PodFacts, framework: Framework) -> int:
+    """The framework port of a replica's pods: the named port in the default container, else the default.
+
+    The operators read only the default container (`GetPortFromXJob`); a port of the same name on
+    another container is not the one the framework listens on.
+    """
+    container = _default_container(facts, framework)
+    named = find_named_port(facts.ports, container, framework.port_name) if container is not None else None
+    return named.port if named is not None else framework.default_port
 
 
 def _build_flows(
     replicas: tuple[Replica, ...],
+    ports: Mapping[str, int],
     coordinator: str,
     framework: Framework,
     spec: Mapping[str, Any],
@@ -358,17 +369,15 @@ def _build_flows(
     members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas]
     if not flows.has_peer(members):
         return []
-    by_key = {r.key: r for r in replicas}
     out: list[Flow] = []
     if framework.shape == "rendezvous":
-        port = rdzv_port or _framework_port(by_key[coordinator], framework)
+        port = rdzv_port or ports[coordinator]
         if not _external_rendezvous(spec):
             out += flows.build_rendezvous(
                 members, coordinator, port, port_name="" if rdzv_port else framework.port_name
             )
     elif framework.shape == "all-to-all":
-        ports = {r.key: (_framework_port(r, framework), framework.port_name) for r in replicas}
-        out += flows.build_all_to_all(members, ports)
+        out += flows.build_all_to_all(members, {k: (p, framework.port_name) for k, p in ports.items()})
     elif framework.shape == "mpi-ssh":
         out += flows.build_launcher(coordinator, members, flows.SSH_PORT)
     # "mpi-exec" (training-operator MPIJob v1): the launcher starts workers through the
