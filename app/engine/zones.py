@@ -83,9 +83,15 @@ def _failed(replica: Replica, why: str) -> ReplicaFit:
     return ReplicaFit(replica.key, (), (), (), f"{replica.key} cannot run here: {why}")
 
 
-def _blocking(matched: Sequence[tuple[NodeClass, tuple[NodeSlot, ...]]], replica: Replica) -> str:
+def _blocking(
+    matched: Sequence[tuple[NodeClass, tuple[NodeSlot, ...]]], replica: Replica, granted: frozenset[Taint] = frozenset()
+) -> str:
+    """The taints that keep `replica` off the matched nodes, beyond those topoguard would tolerate."""
     taints = {
-        nodes.format_taint(t) for c, _ in matched for t in nodes.untolerated(c.taints, replica.placement.tolerations)
+        nodes.format_taint(t)
+        for c, _ in matched
+        for t in nodes.untolerated(c.taints, replica.placement.tolerations)
+        if t not in granted
     }
     return ", ".join(sorted(taints))
 
@@ -121,7 +127,9 @@ def _cpu_fit(
         if all(t in pool_taints for t in nodes.untolerated(c.taints, replica.placement.tolerations))
     ]
     if not usable:
-        return _failed(replica, f"it does not tolerate taint {_blocking(matched, replica)} of the nodes it selects")
+        return _failed(
+            replica, f"it does not tolerate taint {_blocking(matched, replica, pool_taints)} of the nodes it selects"
+        )
     # Tolerate every GPU-pool taint the replica lacks, so it can share the GPU nodes (the lab's fix).
     add = tuple(sorted(nodes.untolerated(pool_taints, replica.placement.tolerations), key=taint_order))
     return ReplicaFit(replica.key, tuple(s for _, s in usable), tuple(c for c, _ in usable), add, "")
