@@ -1,0 +1,110 @@
+"""`topoguard serve`: the admission webhook over HTTPS (wiring: settings, store, TLS, uvicorn).
+
+Graceful shutdown: on SIGTERM uvicorn stops accepting, closes idle keep-alive connections and waits
+up to `SHUTDOWN_GRACE_SECONDS` for in-flight reviews; meanwhile every answer carries
+`Connection: close` and /readyz says 503, so the apiserver's pooled connections (which stick to a
+pod, kubernetes/kubernetes#127335) move to another replica instead of failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+from types import FrameType
+
+import uvicorn
+
+from app.cache.errors import CacheError
+from app.cache.files import SnapshotError, load_snapshot
+from app.cache.store import StaticStore, Store
+from app.config import ConfigError, Settings, load_settings
+from app.http.app import TopoguardApp, create_app
+from app.logs import configure_logging
+from app.tls import CertificateFiles, TLSConfigError, certificate_not_after, generate_self_signed, self_signed_context
+
+log = logging.getLogger(__name__)
+
+EXIT_USAGE = 2
+# Below the Helm chart's terminationGracePeriodSeconds (30 s), above the 8 s decision deadline.
+SHUTDOWN_GRACE_SECONDS = 20.0
+# client-go keeps up to 25 idle connections per host and reuses them; 60 s keeps them open
+# between bursts of job submissions, so few reviews pay a TLS handshake.
+KEEP_ALIVE_SECONDS = 60
+
+
+class WebhookServer(uvicorn.Server):
+    """uvicorn's server, telling the app when draining starts (SIGTERM / SIGINT)."""
+
+    def __init__(self, config: uvicorn.Config, app: TopoguardApp) -> None:
+        super().__init__(config)
+        self.topoguard = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.topoguard.state.draining = True
+        log.info("shutdown requested: draining", extra={"signal": sig})
+        super().handle_exit(sig, frame)
+
+
+def build_store(args: argparse.Namespace, settings: Settings) -> Store:
+    if args.cluster:
+        return StaticStore(load_snapshot(args.cluster))
+    from app.cache.watchers import WatchStore  # the kubernetes client loads only when watching
+
+    store: Store = WatchStore(settings, kubeconfig=args.kubeconfig)
+    return store
+
+
+def build_server(
+    args: argparse.Namespace, settings: Settings, *, sockets: list[socket.socket] | None = None
+) -> WebhookServer:
+    """The configured server (raises ConfigError / SnapshotError / TLSConfigError on bad input)."""
+    if args.cluster and args.kubeconfig:
+        raise ConfigError("--cluster and --kubeconfig are mutually exclusive")
+    if args.self_signed and (args.tls_cert or args.tls_key):
+        raise ConfigError("--self-signed and --tls-cert/--tls-key are mutually exclusive")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if not (args.self_signed or args.tls_cert):
+        raise ConfigError("a webhook must serve HTTPS: give --tls-cert and --tls-key, or --self-signed")
+    certificates = None
+    not_after = None
+    if args.tls_cert:
+        certificates = CertificateFiles(args.tls_cert, args.tls_key, client_ca=args.tls_client_ca)
+        context = certificates.context
+    else:
+        pair = generate_self_signed()
+        context = self_signed_context(pair, client_ca=args.tls_client_ca)
+        not_after = certificate_not_after(pair.cert_pem)
+    store = build_store(args, settings)
+    app = create_app(settings, store, certificates=certificates, certificate_not_after=not_after)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        lifespan="on",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
+    )
+    config.load()
+    # uvicorn builds its own context only from file paths; ours carries the policy (TLS 1.2+, ALPN
+    # http/1.1, client CA) and is the live object the rotation reloads (Kludex/uvicorn#806).
+    config.ssl = context
+    return WebhookServer(config, app)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    try:
+        settings = load_settings(args.config)
+        server = build_server(args, settings)
+    except (ConfigError, SnapshotError, TLSConfigError, CacheError) as e:
+        print(f"topoguard serve: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    server.run()
+    return 0

@@ -1,0 +1,151 @@
+"""`create_app(settings, store)`: the ASGI application and its lifespan.
+
+Wiring only. The review endpoints are dispatched before FastAPI (see routes.py for why); every other
+path goes to a FastAPI app. The lifespan starts the store when it has a lifecycle (the watch store),
+subscribes index pre-warming and the zone gauges to every published snapshot, and polls the
+certificate files for rotation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import Message, Receive, Scope, Send
+
+from app import engine
+from app.cache.store import Store
+from app.config import Settings
+from app.http import routes
+from app.http.deps import AppState
+from app.metrics import Metrics
+from app.models.cluster import Snapshot
+from app.tls import CertificateFiles
+
+log = logging.getLogger(__name__)
+
+# Decisions are CPU-bound and hold the GIL, so more threads do not add throughput; the pool exists so
+# the event loop keeps accepting and can answer at the deadline. Bounded, so a runaway decision
+# cannot pile up threads.
+DECISION_THREADS = 4
+CERT_POLL_SECONDS = 5.0
+
+
+class TopoguardApp:
+    """The ASGI callable served by uvicorn: review fast path + FastAPI for everything else."""
+
+    def __init__(self, api: FastAPI, state: AppState) -> None:
+        self.api = api
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            if self.state.draining:
+                send = _closing(send)
+            operation = routes.REVIEW_PATHS.get(scope["path"])
+            if operation is not None:
+                await routes.handle_review(self.state, operation, scope, receive, send)
+                return
+        await self.api(scope, receive, send)
+
+
+def _closing(send: Send) -> Send:
+    """Add `Connection: close` to the response (draining: the client must reconnect elsewhere)."""
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return wrapped
+
+
+def _warm(state: AppState, snapshot: Snapshot) -> None:
+    """Called for every published snapshot: build the engine's indexes now, not on the first request."""
+    # NB: never raise from here: a bad snapshot must not kill the watcher that publishes it.
+    try:
+        zones = routes.zone_capacity(
+            snapshot, zone_label=state.settings.zone_label, gpu_resources=state.settings.gpu_resources
+        )
+        state.metrics.record_zones({zone: info["gpusFree"] for zone, info in zones.items()})
+        state.metrics.record_cache(synced=state.store.status().synced, age_seconds=0.0, objects=state.object_counts())
+    except Exception:
+        log.exception("could not export the zone gauges for a snapshot", extra={"revision": snapshot.revision})
+    try:
+        engine.prepare(snapshot, state.settings)
+    except Exception:
+        log.exception("could not pre-warm indexes for a snapshot", extra={"revision": snapshot.revision})
+
+
+async def _poll_certificates(certificates: CertificateFiles, metrics: Metrics, interval: float) -> None:
+    while True:
+        certificates.reload_if_changed()
+        metrics.record_certificate(certificates.not_after)
+        await asyncio.sleep(interval)
+
+
+def create_app(
+    settings: Settings,
+    store: Store,
+    *,
+    metrics: Metrics | None = None,
+    certificates: CertificateFiles | None = None,
+    certificate_not_after: float | None = None,
+    offload_decisions: bool = True,
+    cert_poll_seconds: float = CERT_POLL_SECONDS,
+) -> TopoguardApp:
+    """The webhook application.
+
+    Args:
+        settings: decision and server settings.
+        store: where each request takes its snapshot; `start()`/`stop()` are awaited when present.
+        metrics: a fresh registry per app by default.
+        certificates: serving certificate files to poll for rotation (None for self-signed or plain HTTP).
+        certificate_not_after: notAfter to export when the certificate never changes (self-signed).
+        offload_decisions: run decisions on a small thread pool with the deadline (default) or inline.
+        cert_poll_seconds: how often to look at the certificate files.
+    """
+    state = AppState(
+        settings=settings,
+        store=store,
+        metrics=metrics or Metrics(),
+        executor=ThreadPoolExecutor(DECISION_THREADS, thread_name_prefix="decide") if offload_decisions else None,
+    )
+    if certificates is not None:
+        state.metrics.record_certificate(certificates.not_after)
+    elif certificate_not_after is not None:
+        state.metrics.record_certificate(certificate_not_after)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        start: Any = getattr(store, "start", None)
+        if callable(start):
+            await start()
+        store.subscribe(lambda snapshot: _warm(state, snapshot))
+        poller = (
+            asyncio.create_task(_poll_certificates(certificates, state.metrics, cert_poll_seconds))
+            if certificates is not None else None
+        )
+        try:
+            yield
+        finally:
+            if poller is not None:
+                poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poller
+            stop: Any = getattr(store, "stop", None)
+            if callable(stop):
+                await stop()
+            if state.executor is not None:
+                state.executor.shutdown(wait=False, cancel_futures=True)
+
+    api = FastAPI(title="topoguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    api.state.topoguard = state
+    api.include_router(routes.router)
+    return TopoguardApp(api, state)

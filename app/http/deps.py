@@ -1,0 +1,83 @@
+"""What every route reads: the per-app state (settings, store, metrics, executor) and its FastAPI alias.
+
+One `AppState` per app instance, hung on `app.state.topoguard`; nothing module-global, so tests can
+run many apps in one process.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.cache.store import Store, SyncStatus
+from app.config import Settings
+from app.metrics import Metrics
+from app.models.cluster import Snapshot
+
+# What a request decides on while the cache has not synced: nothing. answer() refuses (or warns) on
+# the cache problem before it looks at the snapshot, so an empty one is never used to place a job.
+EMPTY_SNAPSHOT = Snapshot(revision="unsynced")
+
+
+@dataclass
+class AppState:
+    """Per-app wiring. `executor` None means decisions run inline on the event loop."""
+
+    settings: Settings
+    store: Store
+    metrics: Metrics
+    executor: ThreadPoolExecutor | None
+    draining: bool = False  # SIGTERM seen: answer with `Connection: close`, report not ready
+    started: bool = False  # lifespan startup finished (indexes warmed for the first snapshot)
+    last_revision: str = field(default="")
+
+    def cache_problem(self) -> tuple[SyncStatus, str | None]:
+        """The store's status and, when decisions must not trust it, why (passed to admission.answer)."""
+        status = self.store.status()
+        if not status.synced:
+            waiting = sorted(k for k, v in status.detail.items() if not v.startswith(("synced", "absent")))
+            return status, "cache not synced yet" + (f" (waiting for {', '.join(waiting)})" if waiting else "")
+        if status.stale:
+            return status, f"cache is stale: watches have been failing, snapshot {status.age_seconds:.0f}s old"
+        return status, None
+
+
+    def snapshot(self) -> tuple[Snapshot, str | None]:
+        """The snapshot a request decides on (taken once) and the cache problem, if any.
+
+        Stores may refuse `snapshot()` before their first sync (WatchStore raises
+        CacheNotReadyError); the status is asked first so that case never raises.
+        """
+        status, problem = self.cache_problem()
+        if not status.synced:
+            return EMPTY_SNAPSHOT, problem
+        return self.store.snapshot(), problem
+
+    def object_counts(self) -> dict[str, int]:
+        """Objects per kind for `cache_objects{kind}`: the store's own counts when it has them."""
+        counts = getattr(self.store, "counts", None)
+        if callable(counts):
+            return dict(counts())
+        snapshot, _ = self.snapshot()
+        return count_objects(snapshot)
+
+
+def count_objects(snapshot: Snapshot) -> dict[str, int]:
+    counts = {"Node": len(snapshot.nodes), "Namespace": len(snapshot.namespaces), "Pod": len(snapshot.pods),
+              "CiliumCIDRGroup": len(snapshot.cidr_groups)}
+    for kind in ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy"):
+        counts[kind] = 0
+    for policy in snapshot.policies:
+        counts[policy.kind] = counts.get(policy.kind, 0) + 1
+    return counts
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.topoguard
+    return state
+
+
+StateDep = Annotated[AppState, Depends(get_state)]

@@ -1,0 +1,274 @@
+"""The HTTP routes: POST /mutate and /validate (raw ASGI, the hot path), /healthz, /readyz, /metrics, /map.
+
+Thin: read and check the body, call `admission.parse_review` → `admission.answer` (the same code path
+as `topoguard review`), record metrics and the log line, send the answer. Two reporting channels
+(STYLE.md section 4): a malformed review is an HTTP 4xx with `{"error": ...}`; a job that cannot be
+placed, an unexpected error or a missed deadline is HTTP 200 with an AdmissionReview whose response
+says `allowed: false` (or `true` with warnings, per enforcement).
+
+The review endpoints are plain ASGI rather than FastAPI routes: parsing, deciding and encoding with
+orjson directly costs about half of what FastAPI's Request/Response machinery adds per request
+(research/perf-rel-sec.md A.6: 165-200 µs vs 290-305 µs per review on one core).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter, Response
+from starlette.types import Receive, Scope, Send
+
+from app.engine import capacity
+from app.http import admission, responses
+from app.http.deps import AppState, StateDep
+from app.logs import log_review
+from app.models.cluster import Snapshot
+from app.models.decision import Decision
+from app.models.labels import ENFORCEMENT_LABEL
+
+log = logging.getLogger(__name__)
+
+Operation = Literal["mutate", "validate"]
+REVIEW_PATHS: Mapping[str, Operation] = {"/mutate": "mutate", "/validate": "validate"}
+JSON_CONTENT_TYPE = b"application/json"
+# Metric label values for `kind` are bounded: anything else a caller sends is counted as "other".
+KNOWN_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob"})
+
+
+class _HTTPProblem(Exception):
+    """A request the webhook refuses at the HTTP level (4xx with a JSON error body)."""
+
+    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.close = close
+
+
+# --- the review hot path -----------------------------------------------------------------------
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def _check_headers(scope: Scope, limit: int) -> None:
+    if scope["method"] != "POST":
+        raise _HTTPProblem(405, f"{scope['path']} accepts POST only")
+    content_type = (_header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
+    if content_type != JSON_CONTENT_TYPE:
+        shown = content_type.decode("latin-1") or "none"
+        raise _HTTPProblem(415, f"Content-Type must be application/json, got {shown}")
+    declared = _header(scope, b"content-length")
+    if declared is not None:
+        try:
+            length = int(declared)
+        except ValueError:
+            raise _HTTPProblem(400, "Content-Length is not a number", close=True) from None
+        if length > limit:
+            raise _HTTPProblem(413, f"body of {length} bytes exceeds the limit of {limit} bytes", close=True)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """Read the body chunk by chunk, refusing as soon as it passes `limit` (never buffering more)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _HTTPProblem(400, "client disconnected before sending the whole body", close=True)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _HTTPProblem(413, f"body exceeds the limit of {limit} bytes", close=True)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _send(send: Send, status: int, body: bytes, *, close: bool = False) -> None:
+    headers = [(b"content-type", JSON_CONTENT_TYPE), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _enforcement(snapshot: Snapshot | None, namespace: str, default: str) -> str:
+    value = snapshot.namespace_labels(namespace).get(ENFORCEMENT_LABEL, "") if snapshot and namespace else ""
+    return value if value in ("deny", "warn") else default
+
+
+def _deadline_review(
+    state: AppState, request: admission.AdmissionRequest, snapshot: Snapshot | None
+) -> dict[str, Any]:
+    seconds = state.settings.request_deadline_seconds
+    message = f"topoguard: no placement decision within the {seconds:g}s deadline; the job's zone was not checked"
+    if _enforcement(snapshot, request.namespace or "", state.settings.enforcement) == "warn":
+        return responses.allowed(request.uid, warnings=[message + "; admitted unchecked (enforcement=warn)"])
+    return responses.refused(request.uid, code=504, message=message + "; retry shortly")
+
+
+def _reason_counts(decision: Decision | None) -> dict[str, int]:
+    """Low-cardinality reason classes for topoguard_decision_reasons_total."""
+    counts: dict[str, int] = {}
+    if decision is None:
+        return counts
+    for report in decision.zones:
+        if report.eligible:
+            continue
+        classes = []
+        if not report.fits:
+            classes.append("capacity")
+        if report.network in ("deny", "unknown"):
+            classes.append(f"network-{report.network}")
+        for cls in classes or ["placement"]:
+            counts[cls] = counts.get(cls, 0) + 1
+    return counts
+
+
+def _blocked_flows(decision: Decision | None) -> dict[str, int]:
+    if decision is None:
+        return {}
+    return {r.zone: sum(1 for f in r.flows if f.verdict.verdict == "deny") for r in decision.zones}
+
+
+async def _decide(
+    state: AppState, request: admission.AdmissionRequest, snapshot: Snapshot, operation: Operation,
+    problem: str | None, started: float,
+) -> admission.Outcome:
+    call = functools.partial(
+        admission.answer, request, snapshot=snapshot, settings=state.settings, operation=operation,
+        cache_problem=problem,
+    )
+    if state.executor is None:
+        return call()
+    remaining = state.settings.request_deadline_seconds - (time.perf_counter() - started)
+    future = asyncio.get_running_loop().run_in_executor(state.executor, call)
+    # NB: on timeout the worker thread runs on to completion; its result is dropped. The pool is
+    # small and bounded, so runaway decisions queue further requests into their own deadlines
+    # instead of piling up threads.
+    return await asyncio.wait_for(future, timeout=max(remaining, 0.0))
+
+
+async def handle_review(state: AppState, operation: Operation, scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /mutate | /validate."""
+    started = time.perf_counter()
+    metrics = state.metrics
+    try:
+        _check_headers(scope, state.settings.max_body_bytes)
+        body = await _read_body(receive, state.settings.max_body_bytes)
+        try:
+            raw = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
+        try:
+            request = admission.parse_review(raw)
+        except admission.BadReview as e:
+            raise _HTTPProblem(400, str(e)) from None
+    except _HTTPProblem as problem:
+        metrics.record_review(operation=operation, kind="", outcome="bad-request",
+                              duration_seconds=time.perf_counter() - started)
+        log.info("refused review", extra={"status": problem.status, "error": str(problem), "operation": operation})
+        await _send(send, problem.status, orjson.dumps({"error": str(problem)}), close=problem.close or state.draining)
+        return
+
+    kind = request.kind.kind if request.kind.kind in KNOWN_KINDS else "other"
+    snapshot: Snapshot | None = None
+    decision: Decision | None = None
+    outcome: str
+    try:
+        snapshot, cache_problem = state.snapshot()
+        result = await _decide(state, request, snapshot, operation, cache_problem, started)
+        review, outcome, decision = result.review, result.outcome, result.decision
+        if outcome == "error":
+            log.error("review failed inside the pipeline",
+                      extra={"uid": request.uid, "operation": operation, "error": _denial_message(review)})
+    except TimeoutError:
+        review, outcome = _deadline_review(state, request, snapshot), "timeout"
+        log.warning("decision deadline missed", extra={"uid": request.uid, "operation": operation})
+    except Exception:
+        log.exception("unexpected error answering a review", extra={"uid": request.uid, "operation": operation})
+        review = responses.refused(request.uid, code=500,
+                                   message=f"topoguard: internal error answering request {request.uid}")
+        outcome = "error"
+    duration = time.perf_counter() - started
+    await _send(send, 200, orjson.dumps(review), close=state.draining)
+    metrics.record_review(operation=operation, kind=kind, outcome=outcome, duration_seconds=duration)
+    if decision is not None:
+        metrics.record_reasons(_reason_counts(decision))
+        metrics.record_blocked_flows(_blocked_flows(decision))
+    log_review(
+        uid=request.uid, kind=request.kind.kind, namespace=request.namespace or "", name=request.name or "",
+        operation=operation, outcome=outcome, zone=decision.zone if decision else None, duration_seconds=duration,
+        message=_denial_message(review),
+    )
+
+
+def _denial_message(review: dict[str, Any]) -> str:
+    response = review.get("response") or {}
+    return "" if response.get("allowed") else str((response.get("status") or {}).get("message", ""))
+
+
+# --- zone map ----------------------------------------------------------------------------------
+
+
+def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Per zone: GPU nodes, allocatable-minus-held GPUs (Ready, schedulable nodes only), all nodes."""
+    index = capacity.zone_index(snapshot, zone_label=zone_label, gpu_resources=gpu_resources)
+    out: dict[str, dict[str, int]] = {}
+    for zone in index.zones:
+        classes = index.classes_in(zone)
+        out[zone] = {
+            "nodes": sum(len(c.nodes) for c in classes),
+            "gpuNodes": sum(len(c.nodes) for c in classes if c.gpu_resources),
+            "gpusFree": sum(c.gpus_free(gpu_resources) for c in classes),
+        }
+    return out
+
+
+# --- the FastAPI routes ------------------------------------------------------------------------
+
+router = APIRouter()
+
+
+def _json(body: Any, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return _json({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(state: StateDep) -> Response:
+    """200 once every watched kind has synced; 503 before that and while draining."""
+    status, problem = state.cache_problem()
+    ready = status.synced and not state.draining
+    body = {
+        "ready": ready,
+        "synced": status.synced,
+        "stale": status.stale,
+        "draining": state.draining,
+        "ageSeconds": round(status.age_seconds, 3),
+        "detail": dict(status.detail),
+        **({"problem": problem} if problem else {}),
+    }
+    return _json(body, 200 if ready else 503)
+
+
+@router.get("/metrics")
+async def metrics_endpoint(state: StateDep) -> Response:
+    status = state.store.status()
+    state.metrics.record_cache(synced=status.synced, age_seconds=status.age_seconds, objects=state.object_counts())
+    body, content_type = state.metrics.render()
+    return Response(body, media_type=content_type)

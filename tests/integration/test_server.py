@@ -1,0 +1,272 @@
+"""The real server (uvicorn + TLS on 127.0.0.1): bad input, errors, deadline, readiness, metrics.
+
+Each module-scoped server is started once (starting uvicorn costs far more than one request) and
+serves every test of its group; tests only send requests, they never change the server's state,
+except the readiness test, which owns its server.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.cache.files import build_snapshot
+from app.cache.store import StaticStore, SyncStatus
+from app.config import Settings
+from app.http.app import create_app
+from app.models.cluster import Snapshot
+from app.tls import KeyPair
+from tests.integration.conftest import (
+    ControlledStore,
+    RunningServer,
+    admission_review,
+    check_review_envelope,
+    client_context,
+    https_client,
+    load_scenario,
+    pytorchjob,
+    scenario_objects,
+)
+
+BODY_LIMIT_BYTES = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def lab_snapshot() -> Snapshot:
+    return build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
+
+
+@pytest.fixture(scope="module")
+def lab_server(serve: Callable[..., RunningServer], lab_snapshot: Snapshot) -> RunningServer:
+    settings = Settings(zone_identity_label="zone", max_body_bytes=BODY_LIMIT_BYTES)
+    return serve(create_app(settings, StaticStore(lab_snapshot)))
+
+
+@pytest.fixture(scope="module")
+def client(lab_server: RunningServer, server_pair: KeyPair) -> Iterator[httpx.Client]:
+    with https_client(lab_server, server_pair) as c:
+        yield c
+
+
+def post_raw(
+    client: httpx.Client, path: str, body: bytes, content_type: str | None = "application/json"
+) -> httpx.Response:
+    headers = {"content-type": content_type} if content_type else {}
+    return client.post(path, content=body, headers=headers)
+
+
+def review_bytes(**changes: Any) -> bytes:
+    review = admission_review(pytorchjob())
+    for key, value in changes.items():
+        if value is _DELETE:
+            review["request"].pop(key, None)
+        else:
+            review["request"][key] = value
+    return orjson.dumps(review)
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    "path, body, content_type, status, error",
+    [
+        pytest.param("/mutate", b"{", "application/json", 400, "not valid JSON", id="invalid JSON is a 400"),
+        pytest.param("/mutate", b"[1, 2]", "application/json", 400, "got array", id="a JSON array is a 400"),
+        pytest.param("/validate", orjson.dumps({"apiVersion": "v1", "kind": "Pod"}), "application/json", 400,
+                     "apiVersion must be", id="not an AdmissionReview is a 400"),
+        pytest.param("/mutate", orjson.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
+                                              "request": {}}), "application/json", 400, "apiVersion must be",
+                     id="v1beta1 reviews are a 400"),
+        pytest.param("/mutate", orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+                     "application/json", 400, "request is missing", id="missing request is a 400"),
+        pytest.param("/mutate", review_bytes(uid=_DELETE), "application/json", 400, "uid",
+                     id="missing uid is a 400"),
+        pytest.param("/mutate", review_bytes(object=_DELETE), "application/json", 400, "object is required",
+                     id="missing object on CREATE is a 400"),
+        pytest.param("/mutate", b"[" * 5000 + b"]" * 5000, "application/json", 400, "not valid JSON",
+                     id="deep nesting is a 400 not a crash"),
+        pytest.param("/mutate", review_bytes(), "text/plain", 415, "application/json",
+                     id="wrong content type is a 415"),
+        pytest.param("/mutate", review_bytes(), None, 415, "application/json", id="no content type is a 415"),
+        pytest.param("/mutate", b" " * (BODY_LIMIT_BYTES + 1), "application/json", 413, "exceeds the limit",
+                     id="declared body over the limit is a 413"),
+    ],
+)
+def test_malformed_reviews_get_4xx_json_errors(
+    client: httpx.Client, path: str, body: bytes, content_type: str | None, status: int, error: str
+) -> None:
+    got = post_raw(client, path, body, content_type)
+    assert got.status_code == status
+    assert got.headers["content-type"] == "application/json"
+    assert error in got.json()["error"]
+
+
+def test_get_on_a_review_path_is_405(client: httpx.Client) -> None:
+    got = client.get("/mutate")
+    assert (got.status_code, "POST" in got.json()["error"]) == (405, True)
+
+
+def test_content_type_with_charset_is_accepted(client: httpx.Client) -> None:
+    review = admission_review(pytorchjob())
+    got = post_raw(client, "/mutate", orjson.dumps(review), "application/json; charset=utf-8")
+    assert got.status_code == 200
+    check_review_envelope(got.json(), review["request"]["uid"])
+
+
+def test_chunked_body_over_the_limit_is_refused_before_it_ends(lab_server: RunningServer, server_pair: KeyPair) -> None:
+    """No Content-Length: the server must answer 413 while the client is still sending."""
+    chunk = b" " * 8192
+    with (
+        socket.create_connection(("127.0.0.1", lab_server.port), timeout=10) as raw,
+        client_context(server_pair).wrap_socket(raw, server_hostname="localhost") as conn,
+    ):
+        conn.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for _ in range(BODY_LIMIT_BYTES // len(chunk) + 2):
+            conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        # The terminating 0-chunk is never sent: a server that buffers the whole body would hang here.
+        head = conn.recv(4096)
+    assert head.startswith(b"HTTP/1.1 413")
+    assert b"connection: close" in head.lower()
+
+
+@pytest.mark.parametrize(
+    "path, want_allowed",
+    [
+        pytest.param("/mutate", True, id="mutate answers an allowed review with the uid"),
+        pytest.param("/validate", True, id="validate answers an allowed review with the uid"),
+    ],
+)
+def test_good_review_answers_with_same_uid_and_envelope(client: httpx.Client, path: str, want_allowed: bool) -> None:
+    review = admission_review(pytorchjob(), uid=str(uuid.uuid4()))
+    got = client.post(path, json=review)
+    assert got.status_code == 200
+    response = check_review_envelope(got.json(), review["request"]["uid"])
+    assert response["allowed"] is want_allowed, response
+
+
+def test_healthz(client: httpx.Client) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_metrics_report_reviews_cache_zones_and_certificate(client: httpx.Client) -> None:
+    client.post("/mutate", json=admission_review(pytorchjob()))
+    post_raw(client, "/mutate", b"{")
+    got = client.get("/metrics")
+    assert got.status_code == 200 and got.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(got.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert samples[("topoguard_reviews_total", (("kind", "PyTorchJob"), ("operation", "mutate"),
+                                                 ("outcome", "patched")))] >= 1
+    bad = ("topoguard_reviews_total", (("kind", ""), ("operation", "mutate"), ("outcome", "bad-request")))
+    assert samples[bad] >= 1
+    assert samples[("topoguard_zone_free_gpus", (("zone", "zone-a"),))] == 8
+    assert samples[("topoguard_cache_objects", (("kind", "Node"),))] == 4
+    assert samples[("topoguard_cache_objects", (("kind", "CiliumNetworkPolicy"),))] == 3
+    assert samples[("topoguard_cache_synced", ())] == 1
+    assert any(name == "topoguard_review_duration_seconds_bucket" and dict(labels).get("le") == "0.025"
+               for name, labels in samples)
+
+
+class BrokenStore:
+    """A store that fails on every read (a bug in a cache implementation)."""
+
+    def snapshot(self) -> Snapshot:
+        raise RuntimeError("the cache exploded")
+
+    def status(self) -> SyncStatus:
+        return SyncStatus(synced=True, stale=False, age_seconds=0.0)
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
+        return None
+
+
+def test_unexpected_error_is_a_200_refusal_with_code_500(
+    serve: Callable[..., RunningServer], server_pair: KeyPair
+) -> None:
+    server = serve(create_app(Settings(), BrokenStore()))
+    review = admission_review(pytorchjob())
+    with https_client(server, server_pair) as c:
+        got = c.post("/mutate", json=review)
+    assert got.status_code == 200
+    response = check_review_envelope(got.json(), review["request"]["uid"])
+    assert (response["allowed"], response["status"]["code"]) == (False, 500)
+    assert review["request"]["uid"] in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    "enforcement, want_allowed",
+    [
+        pytest.param("deny", False, id="missed deadline denies under enforcement deny"),
+        pytest.param("warn", True, id="missed deadline admits with a warning under enforcement warn"),
+    ],
+)
+def test_missed_deadline_answers_per_enforcement(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot, enforcement: str,
+    want_allowed: bool,
+) -> None:
+    # A deadline far below any decision's cost: the answer must come from the deadline path.
+    settings = Settings(request_deadline_seconds=1e-9, enforcement=enforcement)
+    server = serve(create_app(settings, StaticStore(lab_snapshot)))
+    review = admission_review(pytorchjob())
+    with https_client(server, server_pair) as c:
+        got = c.post("/mutate", json=review)
+    response = check_review_envelope(got.json(), review["request"]["uid"])
+    assert response["allowed"] is want_allowed
+    text = response.get("status", {}).get("message", "") + " ".join(response.get("warnings", []))
+    assert "deadline" in text
+
+
+def test_readiness_follows_cache_sync(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot
+) -> None:
+    store = ControlledStore()
+    server = serve(create_app(Settings(), store))
+    review = admission_review(pytorchjob())
+    with https_client(server, server_pair) as c:
+        before = c.get("/readyz")
+        early = c.post("/mutate", json=review)
+        store.publish(lab_snapshot)
+        after = c.get("/readyz")
+        metrics = c.get("/metrics").text
+    assert before.status_code == 503
+    assert before.json()["detail"] == {"Node": "listing", "CiliumNetworkPolicy": "listing"}
+    assert "waiting for CiliumNetworkPolicy, Node" in before.json()["problem"]
+    early_response = check_review_envelope(early.json(), review["request"]["uid"])
+    assert early_response["allowed"] is False and "cache not synced" in early_response["status"]["message"]
+    assert after.status_code == 200
+    assert after.json()["detail"] == {"Node": "synced", "CiliumNetworkPolicy": "synced"}
+    assert 'topoguard_zone_free_gpus{zone="zone-a"} 8.0' in metrics  # the subscription saw the publish
+
+
+def test_stale_cache_stays_ready_but_decisions_name_the_problem(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot
+) -> None:
+    store = ControlledStore()
+    store.publish(lab_snapshot)
+    store.stale = True
+    server = serve(create_app(Settings(), store))
+    review = admission_review(pytorchjob())
+    with https_client(server, server_pair) as c:
+        ready = c.get("/readyz")
+        got = c.post("/mutate", json=review)
+    assert ready.status_code == 200 and ready.json()["stale"] is True
+    response = check_review_envelope(got.json(), review["request"]["uid"])
+    assert response["allowed"] is False and "stale" in response["status"]["message"]
+
+
+def test_plain_http_is_not_served(lab_server: RunningServer) -> None:
+    with socket.create_connection(("127.0.0.1", lab_server.port), timeout=10) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = raw.recv(4096)
+    assert not data.startswith(b"HTTP/1.1 200")
