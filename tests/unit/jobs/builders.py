@@ -85,11 +85,19 @@ def jobset(*rjobs: dict[str, Any], name: str = "js", **spec: Any) -> dict[str, A
 
 
 def rjob(
-    name: str, tpl: dict[str, Any] | None = None, *, replicas: int | None = None, **job_spec: Any
+    name: str,
+    tpl: dict[str, Any] | None = None,
+    *,
+    replicas: int | None = None,
+    depends_on: list[dict[str, str]] | None = None,
+    **job_spec: Any,
 ) -> dict[str, Any]:
+    """A replicatedJob; `job_spec` goes into the batch Job spec (parallelism, completions)."""
     out: dict[str, Any] = {"name": name, "template": {"spec": {**job_spec, "template": tpl or template(container())}}}
     if replicas is not None:
         out["replicas"] = replicas
+    if depends_on is not None:
+        out["dependsOn"] = depends_on
     return out
 
 

@@ -1,0 +1,91 @@
+"""Reading pod templates: GPU demand (limits, requests, init containers, sidecars) and quantities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.jobs.errors import FieldError
+from app.jobs.templates import parse_whole_quantity, read_pod_template
+from tests.unit.jobs.builders import GPU, GPU_RESOURCES, container, template
+
+AMD = "amd.com/gpu"
+
+
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        pytest.param(2, 2, id="integer"),
+        pytest.param("2", 2, id="string integer"),
+        pytest.param("2000m", 2, id="milli units that make a whole number"),
+        pytest.param("1k", 1000, id="decimal suffix"),
+        pytest.param("1Ki", 1024, id="binary suffix"),
+        pytest.param(2.0, 2, id="integral float from yaml"),
+        pytest.param(" 3 ", 3, id="surrounding blanks"),
+        pytest.param("1.5", None, id="fraction is not a whole gpu"),
+        pytest.param("500m", None, id="milli fraction is not a whole gpu"),
+        pytest.param(-1, None, id="negative integer"),
+        pytest.param("-1", None, id="negative string"),
+        pytest.param(True, None, id="boolean is not a quantity"),
+        pytest.param("two", None, id="word is not a quantity"),
+        pytest.param([], None, id="list is not a quantity"),
+    ],
+)
+def test_parse_whole_quantity(value: Any, want: int | None) -> None:
+    assert parse_whole_quantity(value) == want
+
+
+def gpus_of(tpl: dict[str, Any]) -> tuple[dict[str, int], list[FieldError]]:
+    errors: list[FieldError] = []
+    facts = read_pod_template(tpl, "t", errors, gpu_resources=GPU_RESOURCES)
+    return dict(facts.gpus), errors
+
+
+@pytest.mark.parametrize(
+    "tpl, want",
+    [
+        pytest.param(template(container(gpus=2)), {GPU: 2}, id="limits"),
+        pytest.param(template(container(requests={GPU: "1"})), {GPU: 1}, id="requests only"),
+        pytest.param(
+            template({"name": "c", "resources": {"requests": {GPU: 1}, "limits": {GPU: 2}}}),
+            {GPU: 2},
+            id="limits win over requests",
+        ),
+        pytest.param(template(container(gpus=1), container("b", gpus=2)), {GPU: 3}, id="containers add up"),
+        pytest.param(
+            template(container(requests={"cpu": "4", "example.com/fpga": 1})), {}, id="other resources are not gpus"
+        ),
+        pytest.param(
+            template({"name": "c", "resources": {"limits": {AMD: 4}}}),
+            {AMD: 4},
+            id="every configured gpu resource counts",
+        ),
+        pytest.param(template(container(gpus=0)), {}, id="zero gpus leaves the map empty"),
+        pytest.param(
+            template(container(gpus=1), initContainers=[container("init", gpus=4)]),
+            {GPU: 4},
+            id="init container asking more sets the peak",
+        ),
+        pytest.param(
+            template(container(gpus=2), initContainers=[container("init", gpus=1)]),
+            {GPU: 2},
+            id="init container asking less does not add",
+        ),
+        pytest.param(
+            template(container(gpus=2), initContainers=[{**container("side", gpus=1), "restartPolicy": "Always"}]),
+            {GPU: 3},
+            id="sidecar init container adds to the running sum",
+        ),
+        pytest.param({}, {}, id="empty template"),
+    ],
+)
+def test_pod_gpu_demand(tpl: dict[str, Any], want: dict[str, int]) -> None:
+    assert gpus_of(tpl) == (want, [])
+
+
+def test_bad_gpu_quantity_names_the_field() -> None:
+    assert gpus_of(template(container(gpus="1.5"))) == (
+        {},
+        [FieldError("t.spec.containers[0].resources.limits[nvidia.com/gpu]", "must be a whole non-negative quantity")],
+    )
