@@ -1,0 +1,182 @@
+"""`topoguard explain JOB.yaml --cluster PATH [-o text|json] [--config F]`: the map for one job.
+
+Runs the same engine as the webhook on a job file and a snapshot and prints, per candidate
+zone, the GPU nodes, free/needed GPUs, every required flow's verdict with the policy behind it,
+then the chosen zone and the JSON Patch the mutating webhook would return.
+
+Exit codes: 0 a zone was chosen, 1 no zone works (the reasons are printed), 2 unusable input
+(unreadable file, not one job object, unsupported kind, malformed job, bad config or snapshot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from app import engine, jobs
+from app.cache.files import SnapshotError, load_snapshot
+from app.config import ConfigError, Settings, load_settings
+from app.engine import patches
+from app.engine.flows import describe_flow, describe_reason
+from app.models.decision import Decision, FlowCheck, ZoneReport
+from app.models.job import JobGroup
+
+EXIT_CHOSEN, EXIT_NONE, EXIT_USAGE = 0, 1, 2
+
+
+class InputError(ValueError):
+    """The job file cannot be used."""
+
+
+def read_job(path: str) -> dict[str, Any]:
+    """The one job object in a YAML or JSON file (`-` reads standard input)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {e}") from e
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not valid YAML or JSON: {e}") from e
+    if len(documents) != 1:
+        raise InputError(f"{path}: expected exactly one job object, found {len(documents)} documents")
+    job = documents[0]
+    if not isinstance(job, dict):
+        raise InputError(f"{path}: expected a Kubernetes object, got {type(job).__name__}")
+    return job
+
+
+def _namespace(job: Mapping[str, Any]) -> str:
+    meta = job.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return str(namespace) if namespace else "default"
+
+
+def _flow_json(check: FlowCheck) -> dict[str, Any]:
+    v = check.verdict
+    return {
+        "src": check.flow.src,
+        "dst": check.flow.dst,
+        "ports": str(check.flow.ports),
+        "protocol": check.flow.protocol,
+        "purpose": check.flow.purpose,
+        "verdict": v.verdict,
+        "egress": v.egress.verdict,
+        "ingress": v.ingress.verdict,
+        "reasons": [describe_reason(r) for r in (*v.egress.reasons, *v.ingress.reasons, *v.reasons)],
+    }
+
+
+def _zone_json(report: ZoneReport) -> dict[str, Any]:
+    return {
+        "zone": report.zone,
+        "gpuNodes": report.gpu_nodes,
+        "gpusFree": report.gpus_free,
+        "gpusNeeded": report.gpus_needed,
+        "fits": report.fits,
+        "network": report.network,
+        "eligible": report.eligible,
+        "problems": list(report.problems),
+        "flows": [_flow_json(c) for c in report.flows],
+    }
+
+
+def to_json(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The machine-readable explanation (`-o json`)."""
+    return {
+        "job": {"apiVersion": group.api_version, "kind": group.kind, "namespace": group.namespace, "name": group.name},
+        "allowed": decision.allowed,
+        "zone": decision.zone,
+        "zones": [_zone_json(z) for z in decision.zones],
+        "reasons": list(decision.reasons),
+        "tolerations": {k: [dict(t) for t in v] for k, v in decision.tolerations.items()},
+        "labels": dict(decision.labels),
+        "openZones": list(decision.open_zones),
+        "warnings": list(decision.warnings),
+        "summary": decision.summary,
+        "patch": list(patch),
+    }
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _flow_lines(check: FlowCheck) -> list[str]:
+    v = check.verdict
+    lines = [f"    {v.verdict:<7} {describe_flow(check.flow)}  [{check.flow.purpose}]"]
+    for reason in (*v.egress.reasons, *v.ingress.reasons, *v.reasons):
+        lines.append(f"              {describe_reason(reason)}")
+    return lines
+
+
+def render_text(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str, Any]], settings: Settings) -> str:
+    """The human-readable map: zone table, flows per zone, the choice and the patch."""
+    pods = sum(r.count for r in group.replicas)
+    gpus = sum(r.count * r.gpus_per_pod for r in group.replicas)
+    out = [
+        f"{group.kind} {group.namespace}/{group.name}: {len(group.replicas)} replica types, {pods} pods, "
+        f"{gpus} GPUs, {len(group.flows)} required flows (coordinator: {group.coordinator})",
+        "",
+    ]
+    if decision.zones:
+        rows = [["ZONE", "GPU NODES", "GPUS FREE/NEEDED", "FITS", "NETWORK", "ELIGIBLE"]]
+        rows += [
+            [z.zone, str(z.gpu_nodes), f"{z.gpus_free}/{z.gpus_needed}", _yes(z.fits), z.network, _yes(z.eligible)]
+            for z in decision.zones
+        ]
+        out += _table(rows)
+        for z in decision.zones:
+            out += ["", f"{z.zone}:"]
+            for check in z.flows:
+                out += _flow_lines(check)
+            out += [f"    problem: {p}" for p in z.problems]
+    else:
+        out.append("no candidate zone")
+    out.append("")
+    if decision.allowed:
+        out.append(f"chosen zone: {decision.zone} (zoneStrategy {settings.zone_strategy}, mode {settings.mode})")
+        for key, tolerations in sorted(decision.tolerations.items()):
+            listed = ", ".join(f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in tolerations)
+            out.append(f"tolerations added to {key}: {listed}")
+        if decision.labels:
+            out.append("labels set on every replica: " + ", ".join(f"{k}={v}" for k, v in decision.labels.items()))
+    else:
+        out.append("no zone works:")
+        out += [f"  - {r}" for r in decision.reasons]
+    out += [f"warning: {w}" for w in decision.warnings]
+    if decision.allowed:
+        out += ["", f"patch ({len(patch)} operations):"]
+        out += [f"  {json.dumps(op, sort_keys=True)}" for op in patch]
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        settings = load_settings(args.config)
+        snapshot = load_snapshot(args.cluster)
+        raw = read_job(args.job)
+        group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=_namespace(raw))
+        decision = engine.decide(group, snapshot, settings)
+        patch = patches.build_patch(raw, group, decision, settings) if decision.allowed else []
+    except (ConfigError, SnapshotError, InputError, jobs.JobError, patches.PatchError) as e:
+        print(f"topoguard explain: {e}", file=err)
+        return EXIT_USAGE
+    if args.output == "json":
+        json.dump(to_json(group, decision, patch), out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render_text(group, decision, patch, settings))
+    return EXIT_CHOSEN if decision.allowed else EXIT_NONE

@@ -1,0 +1,334 @@
+"""The placement decision: which zone a training group goes to, or why none can take it.
+
+PURE: every input is an argument (group, snapshot, settings); the same arguments give the same
+`Decision`. Steps (DESIGN.md "The decision, in order", 2-5):
+
+1. Candidate zones are anchored on the GPU replicas (zones.fit_zone); a CPU-only coordinator
+   never anchors, it follows the workers and gets the GPU-pool tolerations it lacks.
+2. Capacity: free GPUs per zone on the nodes the GPU replicas can use, with per-node fit.
+3. Network: every flow of the group simulated with the pods as they will be labelled in the zone.
+4. Choice among zones that fit and are open (`zoneStrategy`); user pins restrict the candidates.
+
+`decide` is the mutating path (topoguard may add tolerations and the zone identity label);
+`validate` judges the job as written: it must not be splittable across zones and its zone(s)
+must be open. Neither applies deny/warn enforcement: they return allowed=False with reasons and
+the HTTP layer decides what to do with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app import policy
+from app.config import Settings
+from app.engine import capacity, nodes, zones
+from app.engine.flows import MAX_ENUMERATED_PODS, FlowChecker, describe_check
+from app.models.cluster import Snapshot, Taint
+from app.models.decision import Decision, FlowCheck, ZoneReport
+from app.models.job import JobGroup
+
+
+@dataclass
+class _Run:
+    """One evaluation: the inputs, the zone index and the shared flow checker."""
+
+    group: JobGroup
+    snapshot: Snapshot
+    settings: Settings
+    strict: bool
+    index: capacity.ZoneIndex
+    checker: FlowChecker
+
+    def overrides(self, zone: str) -> dict[str, str]:
+        """Labels every pod carries in `zone`: the identity label, unless judging the job as written."""
+        if self.settings.zone_identity_label and not self.strict:
+            return {self.settings.zone_identity_label: zone}
+        return {}
+
+
+def prepare(snapshot: Snapshot, settings: Settings) -> None:
+    """Build the per-snapshot indexes a decision reads, so the first request does not pay for them."""
+    capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    policy.build_index(snapshot)
+    policy.label_keys_mentioned(snapshot)
+
+
+def _start(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool) -> _Run:
+    index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    checker = FlowChecker(
+        group=group,
+        snapshot=snapshot,
+        enforcement=settings.policy_enforcement,
+        mentioned=policy.label_keys_mentioned(snapshot),
+    )
+    return _Run(group, snapshot, settings, strict, index, checker)
+
+
+def _gpu_breakdown(group: JobGroup) -> str:
+    return " + ".join(f"{r.count}×{r.gpus_per_pod}" for r in group.replicas if r.gpus_per_pod)  # noqa: RUF001
+
+
+# Every capacity problem starts with this, so validate() can tell a shortfall from a blocked path.
+CAPACITY_PREFIX = "needs "
+
+
+def gpus_needed(group: JobGroup) -> int:
+    return sum(r.count * r.gpus_per_pod for r in group.replicas)
+
+
+def _capacity_problem(run: _Run, fit: zones.ZoneFit) -> str:
+    """ "" when the GPU pods fit the zone node by node, else the shortfall in words."""
+    demands = [
+        capacity.PodDemand(r.key, r.count, r.gpus, fit.replicas[r.key].pools)
+        for r in run.group.replicas
+        if r.gpus_per_pod and fit.replicas[r.key].can_run
+    ]
+    if not demands or capacity.pack(demands) is None:
+        return ""
+    needed = f"{CAPACITY_PREFIX}{gpus_needed(run.group)} GPUs ({_gpu_breakdown(run.group)}), {fit.gpus_free} free"
+    if fit.gpus_free < gpus_needed(run.group):
+        return needed
+    largest = capacity.largest_free(pool for d in demands for pool in d.pools)
+    return f"{needed}, but they do not fit node by node (at most {largest} free on one node)"
+
+
+def _static_label_hints(run: _Run, zone: str, overrides: Mapping[str, str]) -> list[str]:
+    """For a blocked zone: template labels holding another zone's name that, set to this zone, open the path."""
+    zone_names = set(run.index.zones)
+    stale = sorted(
+        (r.key, k, v)
+        for r in run.group.replicas
+        for k, v in {**r.pod_labels, **overrides}.items()
+        if v in zone_names and v != zone and k in run.checker.mentioned
+    )
+    if not stale:
+        return []
+    fixed = {**overrides, **{k: zone for _, k, _ in stale}}
+    _, worst = run.checker.check(fixed)
+    if worst != "allow":
+        return []
+    return [
+        f"{key} carries the static label {k}={v}, which the policies read: set zoneIdentityLabel: {k} "
+        f"in the topoguard config, or change the label to {k}={zone}"
+        for key, k, v in stale
+    ]
+
+
+def _report(run: _Run, fit: zones.ZoneFit) -> ZoneReport:
+    overrides = run.overrides(fit.zone)
+    checks, network = run.checker.check(overrides)
+    problems = list(fit.problems)
+    shortfall = _capacity_problem(run, fit) if not problems else ""
+    if shortfall:
+        problems.append(shortfall)
+    fits = not problems
+    problems += [describe_check(c) for c in checks if c.verdict.verdict != "allow"]
+    if network == "deny":
+        problems += _static_label_hints(run, fit.zone, overrides)
+    return ZoneReport(
+        zone=fit.zone,
+        gpu_nodes=fit.gpu_nodes,
+        gpus_free=fit.gpus_free,
+        gpus_needed=gpus_needed(run.group),
+        fits=fits,
+        network=network,
+        flows=checks,
+        problems=tuple(sorted(problems)),
+        eligible=fits and network == "allow",
+    )
+
+
+def _no_candidates(run: _Run, fits: Sequence[zones.ZoneFit]) -> tuple[str, ...]:
+    """Why no zone can anchor the GPU replicas."""
+    if not run.index.zones:
+        return (f"no Ready, schedulable node carries the zone label {run.settings.zone_label}",)
+    reasons = []
+    gpu_keys = {r.key for r in run.group.replicas if r.gpus_per_pod}
+    for fit in fits:
+        for key, rf in fit.replicas.items():
+            if key in gpu_keys and rf.problem and "no Ready, schedulable" not in rf.problem:
+                reasons.append(f"{fit.zone}: {rf.problem}")
+    for replica in run.group.replicas:
+        explained = any(f"{replica.key} cannot run here" in r for r in reasons)
+        if replica.gpus_per_pod and not explained and not any(f.replicas[replica.key].can_run for f in fits):
+            resources = "+".join(sorted(replica.gpus))
+            reasons.append(f"no zone has a Ready, schedulable {resources} node for {replica.key}")
+    return tuple(reasons)
+
+
+def _conflict(run: _Run, fits: Sequence[zones.ZoneFit]) -> str:
+    """The "replicas share no zone" reason, or "" when some zone admits every replica."""
+    zones_of = zones.replica_zones(fits)
+    if any(all(f.zone in zones_of[r.key] for r in run.group.replicas) for f in fits):
+        return ""
+    return zones.describe_conflict(run.group, zones_of, run.settings.zone_label)
+
+
+def _choose(reports: Sequence[ZoneReport], strategy: str) -> ZoneReport:
+    if strategy == "binpack":
+        return min(reports, key=lambda r: (r.gpus_free, r.zone))
+    return min(reports, key=lambda r: (-r.gpus_free, r.zone))
+
+
+def _tolerations(
+    run: _Run, fits: Mapping[str, zones.ZoneFit], chosen: Iterable[str]
+) -> dict[str, tuple[Mapping[str, Any], ...]]:
+    out: dict[str, tuple[Mapping[str, Any], ...]] = {}
+    for replica in run.group.replicas:
+        taints: dict[Taint, None] = {}
+        for zone in chosen:
+            taints.update(dict.fromkeys(fits[zone].replicas[replica.key].add_tolerations))
+        if taints:
+            out[replica.key] = tuple(nodes.toleration_for(t) for t in sorted(taints, key=zones.taint_order))
+    return out
+
+
+def _warnings(run: _Run) -> tuple[str, ...]:
+    out = []
+    for key in sorted(run.checker.truncated):
+        replica = run.group.replica(key)
+        out.append(
+            f"{key} has {replica.count} pods and policies read {replica.index_label}: only "
+            f"{min(replica.count, MAX_ENUMERATED_PODS)} of their indices were checked"
+        )
+    if run.snapshot.missing_kinds:
+        out.append(f"the cluster snapshot has no {', '.join(sorted(run.snapshot.missing_kinds))}")
+    return tuple(out)
+
+
+def _zone_reasons(reports: Iterable[ZoneReport]) -> list[str]:
+    return [f"{r.zone}: {p}" for r in reports for p in r.problems]
+
+
+def _summary(zone: str | None, run: _Run, checks: Sequence[FlowCheck]) -> str:
+    if zone is None:
+        return "denied: no zone fits with open paths"
+    return (
+        f"zone={zone} strategy={run.settings.zone_strategy} gpus={gpus_needed(run.group)} "
+        f"flows={len(checks)} network=allow"
+    )
+
+
+def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+    """The zone the group should be pinned to (mutating path), with the per-zone table.
+
+    Returns allowed=False with sorted, per-zone reasons when no zone fits and is open.
+    """
+    run = _start(group, snapshot, settings, strict=False)
+    fits = [zones.fit_zone(group, run.index, z, strict=False) for z in run.index.zones]
+    candidates = [f for f in fits if f.anchored]
+    conflict = _conflict(run, fits)
+    if not candidates:
+        reasons = {*_no_candidates(run, fits), *([conflict] if conflict else [])}
+        return Decision(
+            False, None, (), tuple(sorted(reasons)), warnings=_warnings(run), summary=_summary(None, run, ())
+        )
+    reports = tuple(_report(run, f) for f in candidates)
+    eligible = [r for r in reports if r.eligible]
+    if not eligible:
+        reasons = {*_zone_reasons(reports), *([conflict] if conflict else [])}
+        return Decision(
+            False, None, reports, tuple(sorted(reasons)), warnings=_warnings(run), summary=_summary(None, run, ())
+        )
+    chosen = _choose(eligible, settings.zone_strategy)
+    open_zones = tuple(sorted(r.zone for r in eligible))
+    if settings.zone_identity_label:
+        # Pods carry the chosen zone's identity label, so only that zone is open for them.
+        open_zones = (chosen.zone,)
+    spread_over = open_zones if settings.mode == "colocate" else (chosen.zone,)
+    by_zone = {f.zone: f for f in fits}
+    return Decision(
+        allowed=True,
+        zone=chosen.zone,
+        zones=reports,
+        reasons=(),
+        tolerations=_tolerations(run, by_zone, spread_over),
+        labels={settings.zone_identity_label: chosen.zone} if settings.zone_identity_label else {},
+        open_zones=open_zones,
+        warnings=_warnings(run),
+        summary=_summary(chosen.zone, run, chosen.flows),
+    )
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _selects_group(selector: Mapping[str, Any], group: JobGroup) -> bool:
+    match = _dict(selector.get("matchLabels"))
+    expressions = [e for e in selector.get("matchExpressions") or [] if isinstance(e, Mapping)]
+    if not match and not expressions:
+        return False
+    return all(
+        all(r.pod_labels.get(str(k)) == str(v) for k, v in match.items())
+        and all(nodes.match_requirement(e, r.pod_labels) for e in expressions)
+        for r in group.replicas
+    )
+
+
+def is_colocated(group: JobGroup, zone_label: str) -> bool:
+    """Whether every replica requires podAffinity to the whole group over the zone topology."""
+    for replica in group.replicas:
+        affinity = _dict(_dict(_dict(replica.template.get("spec")).get("affinity")).get("podAffinity"))
+        terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if not isinstance(terms, list) or not any(
+            isinstance(t, Mapping)
+            and t.get("topologyKey") == zone_label
+            and _selects_group(_dict(t.get("labelSelector")), group)
+            for t in terms
+        ):
+            return False
+    return True
+
+
+def _split_reason(run: _Run, zones_of: Mapping[str, Sequence[str]]) -> str:
+    where = "; ".join(f"{k} can run in {', '.join(v)}" for k, v in sorted(zones_of.items()) if len(v) > 1)
+    return (
+        f"the group can be split across zones ({where}): pin every replica to one zone "
+        f"({run.settings.zone_label}) or let the mutating webhook do it"
+    )
+
+
+def validate(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+    """Judge the job as written (validating webhook): one zone for the whole group, and it is open.
+
+    Strict: no tolerations or labels are added. The group must be unable to split across zones
+    (every replica restricted to the same single zone, or podAffinity over the zone topology), every
+    zone it can land in must have open paths, and every replica must be able to run there. A GPU
+    shortfall is only a warning here: the pods would wait, not break.
+    """
+    run = _start(group, snapshot, settings, strict=True)
+    fits = [zones.fit_zone(group, run.index, z, strict=True) for z in run.index.zones]
+    zones_of = zones.replica_zones(fits)
+    common = [f for f in fits if all(f.zone in zones_of[r.key] for r in group.replicas)]
+    if not common:
+        conflict = _conflict(run, fits) or "no zone admits every replica"
+        anchored = [_report(run, f) for f in fits if f.anchored]
+        reasons = {conflict, *(r for r in _zone_reasons(anchored) if "cannot run here" in r)}
+        return Decision(False, None, tuple(anchored), tuple(sorted(reasons)), summary="denied: replicas share no zone")
+    pods = sum(r.count for r in group.replicas)
+    reachable = {z for v in zones_of.values() for z in v}
+    colocated = is_colocated(group, settings.zone_label)
+    if len(reachable) > 1 and pods > 1 and not colocated:
+        reports = tuple(_report(run, f) for f in common)
+        return Decision(False, None, reports, (_split_reason(run, zones_of),), summary="denied: group can be split")
+    reports = tuple(_report(run, f) for f in common)
+    blocked = [r for r in reports if r.network != "allow"]
+    if blocked:
+        blocking = [f"{r.zone}: {p}" for r in blocked for p in r.problems if not p.startswith(CAPACITY_PREFIX)]
+        return Decision(
+            False, None, reports, tuple(sorted(blocking)), warnings=_warnings(run), summary="denied: paths not open"
+        )
+    short = [f"{r.zone}: {p}" for r in reports for p in r.problems]
+    zone = reports[0].zone if len(reports) == 1 else None
+    return Decision(
+        allowed=True,
+        zone=zone,
+        zones=reports,
+        reasons=(),
+        open_zones=tuple(r.zone for r in reports),
+        warnings=tuple(sorted(short)) + _warnings(run),
+        summary=_summary(zone, run, reports[0].flows) if zone else "colocated: " + ",".join(r.zone for r in reports),
+    )
