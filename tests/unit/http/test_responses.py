@@ -1,0 +1,58 @@
+"""responses: the exact wire shape of admitted and refused reviews, bounded warnings and messages."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from app.http import responses
+
+OPS = [{"op": "add", "path": "/metadata/annotations/topoguard.io~1zone", "value": "zone-a"}]
+
+
+@pytest.mark.parametrize(
+    "got, want",
+    [
+        pytest.param(responses.allowed("u1"), {"uid": "u1", "allowed": True},
+                     id="an admission without a patch carries neither patch nor patchType"),
+        pytest.param(responses.allowed("u1", patch=[]), {"uid": "u1", "allowed": True},
+                     id="an empty patch is omitted"),
+        pytest.param(responses.allowed("u1", patch=OPS, warnings=["w"], audit={"zone": "zone-a"}),
+                     {"uid": "u1", "allowed": True, "patchType": "JSONPatch",
+                      "patch": base64.b64encode(json.dumps(OPS, separators=(",", ":")).encode()).decode(),
+                      "warnings": ["w"], "auditAnnotations": {"zone": "zone-a"}},
+                     id="a patch is base64 compact JSON with patchType JSONPatch"),
+        pytest.param(responses.refused("u1", code=403, message="no zone"),
+                     {"uid": "u1", "allowed": False,
+                      "status": {"code": 403, "message": "no zone", "reason": "Forbidden"}},
+                     id="a refusal puts the code and message inside the body"),
+        pytest.param(responses.refused("u1", code=418, message="odd"),
+                     {"uid": "u1", "allowed": False, "status": {"code": 418, "message": "odd"}},
+                     id="a code without a known reason sends no reason"),
+    ],
+)
+def test_response_wire_shape(got: dict[str, Any], want: dict[str, Any]) -> None:
+    assert got == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": want}
+
+
+@pytest.mark.parametrize(
+    "warnings, want",
+    [
+        pytest.param(["a", "a", " ", "b\n  c"], ["a", "b c"], id="duplicates and blanks go and whitespace collapses"),
+        pytest.param(["x" * 300], ["x" * 255 + "…"], id="a warning longer than 256 characters is cut with an ellipsis"),
+        pytest.param([f"w{i}" for i in range(14)],
+                     [*(f"w{i}" for i in range(11)), "... and 3 more (topoguard explain shows all)"],
+                     id="more than 12 warnings end with a count of the rest"),
+    ],
+)
+def test_bound_warnings(warnings: list[str], want: list[str]) -> None:
+    assert responses.bound_warnings(warnings) == want
+
+
+def test_a_long_refusal_message_is_bounded() -> None:
+    review = responses.refused("u1", code=403, message="r" * 10_000)
+    message = review["response"]["status"]["message"]
+    assert len(message) == responses.MESSAGE_MAX_CHARS and message.endswith("…")
