@@ -26,6 +26,7 @@ Also usable by other tests (e.g. server readiness against a cache that cannot sy
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import copy
@@ -34,7 +35,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,7 +44,17 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from app.cache.reflector import WatchTuning
+from app.cache.watchers import WatchStore
+from app.config import Settings
+
 TOKEN = "fake-token"
+# Timings for WatchStore in tests: fast retries and publishes, watches that outlive any test.
+FAST_TUNING = WatchTuning(
+    backoff_initial_seconds=0.02, backoff_max_seconds=0.1, absent_retry_seconds=0.1,
+    publish_interval_seconds=0.02, watch_timeout_seconds=300, connect_timeout_seconds=2.0,
+    read_timeout_seconds=10.0,
+)
 REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
@@ -162,6 +173,7 @@ class FakeApiServer:
         self._sockets: set[socket.socket] = set()
         self._stopping = False
         self.requests: list[Request] = []
+        self.bookmarks_sent = 0
         if cilium:
             self.install_cilium(cidr_group_versions)
         else:
@@ -324,14 +336,6 @@ class FakeApiServer:
         paths = {c.path for c in self._collections if c.kind == kind}
         return [r for r in list(self.requests) if r.path in paths and watch in (None, r.watch)]
 
-    def wait_for(self, predicate: Any, *, timeout: float = 10.0, what: str = "condition") -> None:
-        """Poll `predicate()` until true (tests use this instead of sleeps)."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.01)
-
     # -- serving (called from handler threads) -------------------------------------------------
 
     def _failure_for(self, path: str, watch: bool) -> int | None:
@@ -422,6 +426,7 @@ class FakeApiServer:
                 for _, event in events:
                     yield event
                 if bookmark:
+                    self.bookmarks_sent += 1
                     yield {"type": "BOOKMARK", "object": {"kind": coll.kind, "apiVersion": coll.api_version,
                                                            "metadata": {"resourceVersion": str(current)}}}
                 if not events and not bookmark:
@@ -445,6 +450,36 @@ class FakeApiServer:
                 gone = copy.deepcopy(new if new is not None else old) or {}
                 gone["metadata"]["resourceVersion"] = str(rv)
                 yield rv, {"type": "DELETED", "object": self._visible(coll, gone, listed=False)}
+
+
+def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll `predicate()` until it is true; tests use this instead of sleeping."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def running_store(
+    api: FakeApiServer,
+    tmp_path: Path,
+    *,
+    settings: Settings | None = None,
+    tuning: WatchTuning | None = None,
+    wait_synced: bool = True,
+) -> Iterator[WatchStore]:
+    """A started app.cache.watchers.WatchStore pointed at `api` (fast test timings); stopped on exit."""
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    store = WatchStore(settings or Settings(), kubeconfig=str(kubeconfig), tuning=tuning or FAST_TUNING)
+    asyncio.run(store.start())
+    try:
+        if wait_synced:
+            wait_until(lambda: store.status().synced, what="the cache to sync")
+        yield store
+    finally:
+        asyncio.run(store.stop())
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -597,3 +632,4 @@ def make_knp(name: str, *, namespace: str = "train") -> dict[str, Any]:
 def make_cidr_group(name: str, *cidrs: str, api_version: str = "cilium.io/v2") -> dict[str, Any]:
     return {"apiVersion": api_version, "kind": "CiliumCIDRGroup",
             "metadata": {"name": name}, "spec": {"externalCIDRs": list(cidrs)}}
+

@@ -1,0 +1,309 @@
+"""WatchStore against the fake apiserver (real HTTP, the real kubernetes client): sync and events."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from app.cache import projections
+from app.cache.errors import CacheNotReadyError
+from app.cache.reflector import WatchTuning
+from app.cache.resources import POD_FIELD_SELECTOR
+from app.cache.watchers import WatchStore
+from app.config import Settings
+from app.models.cluster import NodeInfo, PodInfo, PolicyObject, Snapshot
+from tests.integration.fakeapi import (
+    FAST_TUNING,
+    TOKEN,
+    FakeApiServer,
+    make_ccnp,
+    make_cidr_group,
+    make_cnp,
+    make_knp,
+    make_namespace,
+    make_node,
+    make_pod,
+    running_store,
+    wait_until,
+)
+
+KINDS = (
+    "Node", "Namespace", "Pod", "NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy",
+    "CiliumCIDRGroup",
+)
+
+
+@pytest.fixture
+def api() -> Any:
+    with FakeApiServer() as server:
+        yield server
+
+
+def seed(api: FakeApiServer) -> None:
+    api.apply(make_node("gpu-a-1", zone="a"))
+    api.apply(make_node("gpu-b-1", zone="b", gpus=4))
+    api.apply(make_namespace("train", {"team": "ml"}))
+    api.apply(make_pod("worker-0", node="gpu-a-1", gpus=2))
+    api.apply(make_cnp("zone-a-only"))
+
+
+def node_names(snapshot: Snapshot) -> list[str]:
+    return [n.name for n in snapshot.nodes]
+
+
+def test_not_ready_before_start(api: FakeApiServer, tmp_path: Path) -> None:
+    store = WatchStore(Settings(), kubeconfig=str(api.write_kubeconfig(tmp_path / "kc")), tuning=FAST_TUNING)
+
+    status = store.status()
+
+    assert (status.synced, status.stale, status.detail) == (False, False, dict.fromkeys(KINDS, "listing"))
+    with pytest.raises(CacheNotReadyError, match="not synced"):
+        store.snapshot()
+
+
+def test_synced_only_after_every_kind_listed(api: FakeApiServer, tmp_path: Path) -> None:
+    seed(api)
+    api.fail("CiliumNetworkPolicy", status=500)
+    with running_store(api, tmp_path, wait_synced=False) as store:
+        wait_until(lambda: store.status().detail["Node"] == "synced", what="nodes listed")
+        wait_until(lambda: store.status().detail["CiliumNetworkPolicy"].startswith("failing since"),
+                   what="CNP list failure reported")
+        blocked = store.status()
+        with pytest.raises(CacheNotReadyError, match="CiliumNetworkPolicy"):
+            store.snapshot()
+
+        api.clear_failures()
+        wait_until(lambda: store.status().synced, what="sync after the failure clears")
+
+        assert blocked.synced is False
+        assert "HTTP 500 InternalError: injected failure 500" in blocked.detail["CiliumNetworkPolicy"]
+        assert store.status().detail == dict.fromkeys(KINDS, "synced")
+        assert [p.name for p in store.snapshot().policies] == ["zone-a-only"]
+
+
+def test_initial_sync_keeps_projections_of_every_kind(api: FakeApiServer, tmp_path: Path) -> None:
+    node = api.apply(make_node("gpu-a-1", zone="a"))
+    namespace = api.apply(make_namespace("train", {"team": "ml"}))
+    gpu_pod = api.apply(make_pod("worker-0", gpus=2))
+    api.apply(make_pod("cpu-only", gpus=0))
+    api.apply(make_pod("finished", gpus=2, phase="Succeeded"))
+    api.apply(make_pod("failed", gpus=2, phase="Failed"))
+    api.apply(make_pod("unbound", gpus=2, node="", phase="Pending"))
+    knp, cnp, ccnp = api.apply(make_knp("deny-all")), api.apply(make_cnp("zone-a")), api.apply(make_ccnp("egress"))
+    api.apply(make_cidr_group("corp", "10.0.0.0/8"))
+
+    with running_store(api, tmp_path) as store:
+        snapshot = store.snapshot()
+        status, counts = store.status(), store.counts()
+
+    assert snapshot.nodes == (projections.project_node(node),)
+    assert dict(snapshot.namespaces) == {"train": projections.project_namespace(namespace)}
+    assert snapshot.pods == (projections.project_pod(gpu_pod),)
+    assert snapshot.policies == tuple(projections.project_policy(p) for p in (knp, cnp, ccnp))
+    assert {name: g.cidrs for name, g in snapshot.cidr_groups.items()} == {"corp": ("10.0.0.0/8",)}
+    assert snapshot.missing_kinds == ()
+    assert status.detail == dict.fromkeys(KINDS, "synced")
+    assert counts == {"Node": 1, "Namespace": 1, "Pod": 1, "NetworkPolicy": 1, "CiliumNetworkPolicy": 1,
+                      "CiliumClusterwideNetworkPolicy": 1, "CiliumCIDRGroup": 1}
+
+
+def test_snapshot_holds_projections_only(api: FakeApiServer, tmp_path: Path) -> None:
+    seed(api)
+    with running_store(api, tmp_path) as store:
+        snapshot = store.snapshot()
+
+    assert all(type(n) is NodeInfo for n in snapshot.nodes)
+    assert all(type(p) is PodInfo for p in snapshot.pods)
+    (policy,) = snapshot.policies
+    assert type(policy) is PolicyObject
+    assert "status" not in policy.body
+    assert set(policy.body["metadata"]) == {"name", "namespace"}  # no resourceVersion, uid, managedFields
+
+
+def test_built_in_list_items_without_kind_are_projected_by_their_kind(api: FakeApiServer, tmp_path: Path) -> None:
+    api.apply(make_knp("deny-all"))  # the fake, like the apiserver, strips kind/apiVersion from list items
+
+    with running_store(api, tmp_path) as store:
+        (policy,) = store.snapshot().policies
+
+    assert (policy.kind, policy.api_version, policy.ref) == ("NetworkPolicy", "networking.k8s.io/v1", "train/deny-all")
+
+
+def test_list_follows_continue_tokens(api: FakeApiServer, tmp_path: Path) -> None:
+    for i in range(5):
+        api.apply(make_node(f"gpu-a-{i}"))
+    tuning = dataclasses.replace(FAST_TUNING, list_page_size=2)
+
+    with running_store(api, tmp_path, tuning=tuning) as store:
+        names = node_names(store.snapshot())
+
+    assert names == [f"gpu-a-{i}" for i in range(5)]
+    assert [r.query.get("limit") for r in api.requests_for("Node", watch=False)] == ["2", "2", "2"]
+
+
+def _sentinel(api: FakeApiServer, store: WatchStore) -> None:
+    """Make one more change and wait for it, so changes made before it have been processed too."""
+    api.apply(make_namespace("sentinel"))
+    wait_until(lambda: "sentinel" in store.snapshot().namespaces, what="the sentinel namespace")
+
+
+Step = Callable[[FakeApiServer], None]
+
+
+@pytest.mark.parametrize(
+    "change, check",
+    [
+        pytest.param(
+            lambda api: api.apply(make_node("gpu-c-1", zone="c")),
+            lambda s: node_names(s) == ["gpu-a-1", "gpu-b-1", "gpu-c-1"],
+            id="an added node appears",
+        ),
+        pytest.param(
+            lambda api: api.apply(make_node("gpu-a-1", zone="a", ready=False)),
+            lambda s: [n.ready for n in s.nodes] == [False, True],
+            id="a modified node is replaced",
+        ),
+        pytest.param(
+            lambda api: api.delete("Node", "gpu-b-1"),
+            lambda s: node_names(s) == ["gpu-a-1"],
+            id="a deleted node disappears",
+        ),
+        pytest.param(
+            lambda api: api.apply(make_pod("worker-0", node="gpu-a-1", gpus=2, phase="Succeeded")),
+            lambda s: s.pods == (),
+            id="a pod that finishes stops holding GPUs",
+        ),
+        pytest.param(
+            lambda api: api.apply(make_pod("worker-1", node="gpu-b-1", gpus=4)),
+            lambda s: [(p.name, p.requests["nvidia.com/gpu"]) for p in s.pods] == [("worker-0", 2), ("worker-1", 4)],
+            id="a new GPU pod is counted",
+        ),
+        pytest.param(
+            lambda api: api.apply(make_pod("cpu-only", gpus=0)),
+            lambda s: [p.name for p in s.pods] == ["worker-0"] and "sentinel" in s.namespaces,
+            id="a new pod without GPUs is not kept",
+        ),
+        pytest.param(
+            lambda api: api.apply(make_namespace("train", {"team": "infra"})),
+            lambda s: s.namespaces["train"].labels["team"] == "infra",
+            id="a relabelled namespace is seen",
+        ),
+        pytest.param(
+            lambda api: api.delete("CiliumNetworkPolicy", "zone-a-only", "train"),
+            lambda s: s.policies == (),
+            id="a deleted policy disappears",
+        ),
+        pytest.param(
+            lambda api: api.apply(make_ccnp("cluster-egress")),
+            lambda s: [p.ref for p in s.policies] == ["train/zone-a-only", "cluster-egress"],
+            id="an added clusterwide policy appears",
+        ),
+    ],
+)
+def test_cache_follows_watch_events(
+    api: FakeApiServer, tmp_path: Path, change: Step, check: Callable[[Snapshot], bool]
+) -> None:
+    seed(api)
+    with running_store(api, tmp_path) as store:
+        before = store.snapshot()
+        change(api)
+        _sentinel(api, store)
+        after = store.snapshot()
+
+    assert check(after)
+    assert not check(before)
+
+
+def test_a_burst_of_events_is_coalesced_into_few_snapshots(api: FakeApiServer, tmp_path: Path) -> None:
+    published: list[Snapshot] = []
+    tuning = dataclasses.replace(FAST_TUNING, publish_interval_seconds=0.1)
+    with running_store(api, tmp_path, tuning=tuning) as store:
+        store.subscribe(published.append)
+        for i in range(100):
+            api.apply(make_node(f"gpu-a-{i:03}"))
+        wait_until(lambda: len(store.snapshot().nodes) == 100, what="100 nodes")
+
+    assert 1 <= len(published) < 100  # 1 for the initial snapshot, then a few per burst, never one per event
+    assert len({s.revision for s in published}) == len(published)
+
+
+def test_old_snapshots_never_change(api: FakeApiServer, tmp_path: Path) -> None:
+    seed(api)
+    with running_store(api, tmp_path) as store:
+        before = store.snapshot()
+        names_before = node_names(before)
+        api.delete("Node", "gpu-a-1")
+        wait_until(lambda: store.snapshot() is not before, what="a new snapshot")
+        after = store.snapshot()
+
+    assert (node_names(before), node_names(after)) == (names_before, ["gpu-b-1"])
+    assert before.revision != after.revision
+    assert isinstance(before.namespaces, MappingProxyType) and isinstance(before.nodes, tuple)
+    with pytest.raises(TypeError):
+        before.namespaces["x"] = before.namespaces["train"]  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        before.nodes = ()  # type: ignore[misc]
+
+
+def test_subscribers_get_new_snapshots_even_when_one_fails(api: FakeApiServer, tmp_path: Path) -> None:
+    seen: list[Snapshot] = []
+
+    def broken(_: Snapshot) -> None:
+        raise RuntimeError("subscriber bug")
+
+    with running_store(api, tmp_path) as store:
+        store.subscribe(broken)
+        store.subscribe(seen.append)
+        api.apply(make_node("gpu-a-1"))
+        wait_until(lambda: bool(seen) and node_names(seen[-1]) == ["gpu-a-1"], what="the subscriber to see the node")
+        latest = store.snapshot()
+
+    assert seen[0].nodes == () and seen[-1] is latest
+
+
+def test_requests_carry_token_bookmarks_selector_and_list_resource_version(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    seed(api)
+    listed_at = str(api.resource_version)
+    with running_store(api, tmp_path) as store:
+        wait_until(lambda: api.open_watches() == len(KINDS), what="every kind watching")
+        detail = store.status().detail
+
+    watches = [r for r in api.requests if r.watch]
+    pod_requests = api.requests_for("Pod")
+    assert detail == dict.fromkeys(KINDS, "synced")
+    assert {r.authorization for r in api.requests} == {f"Bearer {TOKEN}"}
+    assert {(r.query["allowWatchBookmarks"], r.query["resourceVersion"]) for r in watches} == {("true", listed_at)}
+    assert {r.query["fieldSelector"] for r in pod_requests} == {POD_FIELD_SELECTOR}
+    assert all(300 <= int(r.query["timeoutSeconds"]) < 600 for r in watches)
+
+
+def test_gpu_resources_setting_decides_which_pods_are_kept(api: FakeApiServer, tmp_path: Path) -> None:
+    api.apply(make_pod("nvidia", gpus=1))
+    amd = make_pod("amd", gpus=0)
+    amd["spec"]["containers"][0]["resources"] = {"limits": {"amd.com/gpu": "2"}}
+    api.apply(amd)
+
+    with running_store(api, tmp_path, settings=Settings(gpu_resources=("amd.com/gpu",))) as store:
+        names = [p.name for p in store.snapshot().pods]
+
+    assert names == ["amd"]
+
+
+def test_start_twice_is_refused(api: FakeApiServer, tmp_path: Path) -> None:
+    with running_store(api, tmp_path) as store, pytest.raises(RuntimeError, match="already started"):
+        asyncio.run(store.start())
+
+
+def test_tuning_defaults_are_the_documented_bounds() -> None:
+    tuning = WatchTuning()
+
+    assert (tuning.backoff_initial_seconds, tuning.backoff_max_seconds, tuning.absent_retry_seconds) == (0.5, 30, 60)
+    assert 0.1 <= tuning.publish_interval_seconds <= 0.2
