@@ -11,6 +11,7 @@ but are kept as written, so patches land under the user's own key.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -293,6 +294,7 @@ def _build_replica(
     labels = _operator_labels(framework, meta)
     leader: dict[str, str] = {}
     index_label = L.KF_REPLICA_INDEX
+    facts = s.facts
     if framework.api_version == "kubeflow.org/v2beta1":
         labels[L.KF_JOB_ROLE] = s.canonical.lower()  # launcher | worker, on every pod
         if s.canonical == "Launcher":
@@ -306,19 +308,31 @@ def _build_replica(
             leader[L.KF_JOB_ROLE] = "master"
         if s.canonical == "Launcher":
             index_label = ""  # the v1 launcher pod has no replica-index label (§2.3)
+            facts = _v1_launcher_account(s, meta)
     return make_replica(
         key=s.key,
         role=s.key.lower(),
         count=s.count,
         template_path=build_pointer(["spec", framework.map_key, s.key, "template"]),
         template=s.template,
-        facts=s.facts,
+        facts=facts,
         operator_labels=labels,
         index_label=index_label,
         is_coordinator=is_coordinator,
         leader_labels=leader,
         ports=_pod_ports(s.facts, framework),
     )
+
+
+def _v1_launcher_account(s: _Spec, meta: JobMeta) -> PodFacts:
+    """training-operator runs the MPI launcher as ServiceAccount `<job>-launcher` (the one its
+    Role lets `kubectl exec` into workers) unless the template names one (§2.3; mpijob_controller
+    `newLauncher` sets it only when `serviceAccountName` is empty)."""
+    spec = s.template.get("spec") if isinstance(s.template, Mapping) else None
+    explicit = spec.get("serviceAccountName") if isinstance(spec, Mapping) else None
+    if explicit or not meta.name:
+        return s.facts
+    return dataclasses.replace(s.facts, service_account=f"{meta.name}-launcher")
 
 
 def _launcher_labels(meta: JobMeta) -> dict[str, str]:

@@ -452,3 +452,29 @@ def test_generate_name_leaves_name_derived_labels_out() -> None:
 def test_template_key_with_slash_and_tilde_is_escaped() -> None:
     group = parse(kubeflow_job("TFJob", {"a/b~c": replica()}))
     assert group.replicas[0].template_path == "/spec/tfReplicaSpecs/a~1b~0c/template"
+
+
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        pytest.param(
+            kubeflow_job("MPIJob", {"Launcher": replica(template(container())), "Worker": replica()}),
+            "train-launcher",
+            id="mpi v1 launcher runs as the operator's <job>-launcher account",
+        ),
+        pytest.param(
+            kubeflow_job(
+                "MPIJob", {"Launcher": replica(template(container(), serviceAccountName="mine")), "Worker": replica()}
+            ),
+            "mine",
+            id="mpi v1 launcher keeps an account the user named",
+        ),
+        pytest.param(
+            kubeflow_job("MPIJob", {"Launcher": replica(template(container())), "Worker": replica()}, api_version=V2),
+            "default",
+            id="mpi v2 launcher keeps the namespace default account",
+        ),
+    ],
+)
+def test_launcher_service_account(raw: dict[str, Any], want: str) -> None:
+    assert parse(raw).replica("Launcher").service_account == want
