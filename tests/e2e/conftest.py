@@ -107,11 +107,8 @@ def webhook_server(control_plane: ControlPlane, tmp_path_factory: pytest.TempPat
 def admission(cluster: kube.Cluster, control_plane: ControlPlane, webhook_server: TopoguardServer) -> kube.Cluster:
     """The cluster with topoguard's Mutating + ValidatingWebhookConfiguration registered and active."""
     ca_pem = control_plane.ca.cert_pem
-    registration = client.AdmissionregistrationV1Api(cluster.api)
-    registration.create_mutating_webhook_configuration(
-        webhooks.mutating_configuration("topoguard", webhook_server.url, ca_pem), _preload_content=False)
-    registration.create_validating_webhook_configuration(
-        webhooks.validating_configuration("topoguard", webhook_server.url, ca_pem), _preload_content=False)
+    cluster.create(webhooks.mutating_configuration("topoguard", webhook_server.url, ca_pem))
+    cluster.create(webhooks.validating_configuration("topoguard", webhook_server.url, ca_pem))
     wait_for_webhook(cluster)
     return cluster
 

@@ -1,15 +1,16 @@
 """Kubernetes-side helpers for the end-to-end suite: load manifests, install CRDs, create objects.
 
-Everything goes through the official `kubernetes` client built from the suite's kubeconfig, as a
-user's tooling would. Responses are read as raw JSON (`_preload_content=False`) so what a test
-asserts on is exactly what the apiserver stored, not the client's typed model of it.
+Requests go through the official `kubernetes` client's ApiClient (built from the suite's
+kubeconfig: same TLS, token and serialisation as a user's tooling), but as raw JSON by REST path,
+the way its DynamicClient does: the typed APIs would round-trip bodies through the client's
+models, and what a test asserts on must be exactly what the apiserver stored and answered.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,16 @@ CRD_ESTABLISHED_TIMEOUT_SECONDS = 60.0
 REQUEST_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.2
 
+# Built-in kinds the suite writes: (API prefix, plural, namespaced).
+BUILTIN_PATHS: dict[str, tuple[str, str, bool]] = {
+    "Namespace": ("/api/v1", "namespaces", False),
+    "Node": ("/api/v1", "nodes", False),
+    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
+    "ValidatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False),
+}
+
 
 def load_documents(path: Path) -> list[RawObject]:
     """Every non-empty YAML document in a file, or in the *.yaml files of a directory tree (sorted)."""
@@ -32,12 +43,6 @@ def load_documents(path: Path) -> list[RawObject]:
     for file in files:
         docs.extend(d for d in yaml.safe_load_all(file.read_text()) if isinstance(d, dict))
     return docs
-
-
-def read_json(response: Any) -> RawObject:
-    """The body of a `_preload_content=False` response."""
-    body: RawObject = json.loads(response.data)
-    return body
 
 
 def api_error_body(error: ApiException) -> RawObject:
@@ -51,12 +56,16 @@ def api_error_body(error: ApiException) -> RawObject:
 
 @dataclass(frozen=True)
 class ResourceRef:
-    """Where a kind lives in the API: enough to call CustomObjectsApi."""
+    """Where a custom kind lives in the API."""
 
     group: str
     version: str
     plural: str
     namespaced: bool
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}"
 
 
 def crds_by_name(*directories: Path | None) -> dict[str, RawObject]:
@@ -82,27 +91,26 @@ def storage_ref(crd: RawObject) -> tuple[str, ResourceRef]:
 
 def install_crds(api: client.ApiClient, crds: Iterable[RawObject]) -> dict[str, ResourceRef]:
     """Create the CRDs, wait until each is Established AND actually serves its resource."""
-    ext = client.ApiextensionsV1Api(api)
+    kube = Cluster(api, {})
     refs: dict[str, ResourceRef] = {}
-    names = []
+    created = []
     for crd in crds:
-        ext.create_custom_resource_definition(body=crd, _preload_content=False,
-                                              _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        kube.create(crd)
         kind, ref = storage_ref(crd)
         refs[kind] = ref
-        names.append(crd["metadata"]["name"])
+        created.append(crd)
     deadline = time.monotonic() + CRD_ESTABLISHED_TIMEOUT_SECONDS
-    for name in names:
-        while not _established(ext, name):
+    for crd in created:
+        while not _established(kube.get(crd)):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not Established after {CRD_ESTABLISHED_TIMEOUT_SECONDS:.0f}s")
+                raise TimeoutError(f"CRD {crd['metadata']['name']} not Established after "
+                                   f"{CRD_ESTABLISHED_TIMEOUT_SECONDS:.0f}s")
             time.sleep(POLL_SECONDS)
-    custom = client.CustomObjectsApi(api)
     for kind, ref in refs.items():
         # Established is set before the REST handler is wired: list until it answers.
         while True:
             try:
-                custom.list_cluster_custom_object(ref.group, ref.version, ref.plural, _preload_content=False)
+                kube.request("GET", f"{ref.prefix}/{ref.plural}")
                 break
             except ApiException as e:
                 if e.status != 404 or time.monotonic() > deadline:
@@ -111,75 +119,78 @@ def install_crds(api: client.ApiClient, crds: Iterable[RawObject]) -> dict[str, 
     return refs
 
 
-def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
-    crd = read_json(ext.read_custom_resource_definition(name, _preload_content=False))
-    conditions = crd.get("status", {}).get("conditions") or []
+def _established(crd: RawObject | None) -> bool:
+    conditions = (crd or {}).get("status", {}).get("conditions") or []
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 @dataclass
 class Cluster:
-    """The suite's handle on the apiserver: typed APIs plus the kind -> resource map of the CRDs."""
+    """The suite's handle on the apiserver: raw JSON requests plus the kind -> resource map of the CRDs."""
 
     api: client.ApiClient
     refs: dict[str, ResourceRef]
 
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
+    def request(self, method: str, path: str, body: RawObject | None = None,
+                query: Sequence[tuple[str, str]] = ()) -> tuple[RawObject, list[str]]:
+        """One API call; returns (JSON body, Warning header texts). Non-2xx raises ApiException."""
+        serialized = self.api.param_serialize(
+            method, path, query_params=list(query), body=body,
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*serialized, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        data: RawObject = json.loads(response.data or b"{}")
+        return data, _warnings(response.getheaders())
 
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
+    def collection_path(self, obj: RawObject) -> str:
+        kind = obj.get("kind", "")
+        if kind in BUILTIN_PATHS:
+            prefix, plural, namespaced = BUILTIN_PATHS[kind]
+        elif kind in self.refs:
+            ref = self.refs[kind]
+            prefix, plural, namespaced = ref.prefix, ref.plural, ref.namespaced
+        else:
+            raise KeyError(f"no CRD installed for kind {kind!r}")
+        if namespaced:
+            return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{plural}"
+        return f"{prefix}/{plural}"
+
+    def object_path(self, obj: RawObject) -> str:
+        return f"{self.collection_path(obj)}/{obj['metadata']['name']}"
 
     def ref(self, obj: RawObject) -> ResourceRef:
-        kind = obj.get("kind", "")
-        if kind not in self.refs:
-            raise KeyError(f"no CRD installed for kind {kind!r}")
-        return self.refs[kind]
+        return self.refs[obj["kind"]]
 
     def create(self, obj: RawObject, *, dry_run: bool = False) -> tuple[RawObject, list[str]]:
-        """Create a Namespace, Node or custom object as given; return (stored object, Warning headers).
+        """Create obj as given; return (the object as the apiserver answered, Warning headers).
 
         A Node's `status` is written afterwards through the status subresource, as a kubelet would.
         """
-        kind = obj.get("kind")
-        dry = {"dry_run": "All"} if dry_run else {}
-        opts: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT_SECONDS, **dry}
-        if kind == "Namespace":
-            return read_json(self.core.create_namespace(body=obj, **opts)), []
-        if kind == "Node":
-            created = read_json(self.core.create_node(body=obj, **opts))
-            if "status" in obj and not dry_run:
-                created["status"] = obj["status"]
-                created = read_json(self.core.replace_node_status(created["metadata"]["name"], created,
-                                                                  **opts))
-            return created, []
-        ref = self.ref(obj)
-        if ref.namespaced:
-            response, _, headers = self.custom.create_namespaced_custom_object_with_http_info(
-                ref.group, ref.version, obj["metadata"]["namespace"], ref.plural, obj, **opts)
-        else:
-            response, _, headers = self.custom.create_cluster_custom_object_with_http_info(
-                ref.group, ref.version, ref.plural, obj, **opts)
-        return read_json(response), _warnings(headers)
+        query = [("dryRun", "All")] if dry_run else []
+        created, warnings = self.request("POST", self.collection_path(obj), obj, query)
+        if obj.get("kind") == "Node" and "status" in obj and not dry_run:
+            created["status"] = obj["status"]
+            created, _ = self.request("PUT", f"{self.object_path(obj)}/status", created)
+        return created, warnings
 
     def get(self, obj: RawObject) -> RawObject | None:
         """The stored object with obj's kind, namespace and name, or None when there is none."""
-        ref = self.ref(obj)
-        meta = obj["metadata"]
         try:
-            if ref.namespaced:
-                response = self.custom.get_namespaced_custom_object(
-                    ref.group, ref.version, meta["namespace"], ref.plural, meta["name"], _preload_content=False)
-            else:
-                response = self.custom.get_cluster_custom_object(
-                    ref.group, ref.version, ref.plural, meta["name"], _preload_content=False)
+            return self.request("GET", self.object_path(obj))[0]
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
-        return read_json(response)
+
+    def replace(self, obj: RawObject) -> RawObject:
+        return self.request("PUT", self.object_path(obj), obj)[0]
+
+    def delete(self, obj: RawObject) -> None:
+        self.request("DELETE", self.object_path(obj))
 
 
 def _warnings(headers: Any) -> list[str]:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.e2e import kube, webhooks
@@ -57,10 +56,10 @@ def dry_run_refused(cluster: kube.Cluster, job: kube.RawObject) -> bool:
     return False
 
 
-def wait_for(condition: str, check: object) -> None:
+def wait_for(condition: str, check: Callable[[], bool]) -> None:
     deadline = time.monotonic() + ACTIVATION_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
+        if check():
             return
         time.sleep(0.3)
     pytest.fail(f"the apiserver did not pick up the webhook configuration ({condition}) "
@@ -82,26 +81,26 @@ def test_webhook_down_follows_failure_policy(
     name = f"down-{uuid.uuid4().hex[:6]}"
     cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {DOWN_LABEL: name}}})
     job = load_job("lab-pytorchjob.yaml", namespace=name, job_name="job")
-    registration = client.AdmissionregistrationV1Api(cluster.api)
     with unreachable(down) as url:
         # Registered as Fail first: a refused dry run proves the apiserver now calls it, which an
         # Ignore webhook that is down could never show. Then switch to the policy under test.
         config = webhooks.mutating_configuration(
             name, url, control_plane.ca.cert_pem, failure_policy="Fail", timeout_seconds=TIMEOUT_SECONDS,
             namespace_selector={"matchLabels": {DOWN_LABEL: name}}, webhook_name=DOWN_WEBHOOK)
-        registration.create_mutating_webhook_configuration(config, _preload_content=False)
+        cluster.create(config)
         try:
             wait_for("Fail", lambda: dry_run_refused(cluster, job))
             if failure_policy == "Ignore":
-                live = kube.read_json(registration.read_mutating_webhook_configuration(name, _preload_content=False))
+                live = cluster.get(config)
+                assert live is not None
                 live["webhooks"][0]["failurePolicy"] = "Ignore"
-                registration.replace_mutating_webhook_configuration(name, live, _preload_content=False)
+                cluster.replace(live)
                 wait_for("Ignore", lambda: not dry_run_refused(cluster, job))
                 check_created_unpatched(cluster, job)
             else:
                 check_refused(cluster, job)
         finally:
-            registration.delete_mutating_webhook_configuration(name, _preload_content=False)
+            cluster.delete(config)
 
 
 def check_created_unpatched(cluster: kube.Cluster, job: kube.RawObject) -> None:

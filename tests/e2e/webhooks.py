@@ -1,10 +1,13 @@
-"""WebhookConfigurations as the Helm chart renders them, but pointed at a loopback URL.
+"""WebhookConfigurations as charts/topoguard renders them, but pointed at a loopback URL.
 
-The rules mirror charts/topoguard (DESIGN.md "Helm"): the training-job resources only, CREATE
-for the mutating hook and CREATE+UPDATE for the validating one, namespaces labelled
-topoguard.io/enabled=true, sideEffects None, admissionReviewVersions [v1], matchPolicy
-Equivalent, reinvocationPolicy IfNeeded. In a cluster clientConfig names the Service; here it is
-`url: https://127.0.0.1:PORT/...` with the suite's CA as caBundle.
+Mirrors templates/webhook-{mutating,validating}webhookconfiguration.yaml with the default values:
+the training-job resources only (apiVersions "*" + matchPolicy Equivalent), CREATE for the
+mutating hook and CREATE+UPDATE for the validating one, namespaces labelled
+topoguard.io/enabled=true minus kube-system and the release namespace, sideEffects None,
+admissionReviewVersions [v1], reinvocationPolicy IfNeeded, failurePolicy Fail, timeoutSeconds 5.
+In a cluster clientConfig names the Service; here it is `url: https://127.0.0.1:PORT/...` with
+the suite's CA as caBundle. (No helm binary is assumed, so the shape is repeated here; keep it in
+step with the chart.)
 """
 
 from __future__ import annotations
@@ -18,22 +21,26 @@ FailurePolicy = Literal["Fail", "Ignore"]
 
 MUTATING_NAME = "mutate.topoguard.io"
 VALIDATING_NAME = "validate.topoguard.io"
-ENABLED_SELECTOR: RawObject = {"matchLabels": {"topoguard.io/enabled": "true"}}
+RELEASE_NAMESPACE = "topoguard"
+CHART_TIMEOUT_SECONDS = 5
+ENABLED_SELECTOR: RawObject = {"matchExpressions": [
+    {"key": "topoguard.io/enabled", "operator": "In", "values": ["true"]},
+    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", RELEASE_NAMESPACE]},
+]}
 
-# (API group, versions, resources) of every training-job kind topoguard handles.
-TRAINING_JOB_RESOURCES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("kubeflow.org", ("v1",), ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs")),
-    ("kubeflow.org", ("v2beta1",), ("mpijobs",)),
-    ("jobset.x-k8s.io", ("v1alpha2",), ("jobsets",)),
-    ("trainer.kubeflow.org", ("v1alpha1",), ("trainjobs",)),
+# (API group, resources) of every training-job kind topoguard handles (the chart's jobKinds).
+TRAINING_JOB_RESOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("kubeflow.org", ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")),
+    ("jobset.x-k8s.io", ("jobsets",)),
+    ("trainer.kubeflow.org", ("trainjobs",)),
 )
 
 
 def rules(operations: list[str]) -> list[RawObject]:
     return [
-        {"apiGroups": [group], "apiVersions": list(versions), "resources": list(resources),
+        {"apiGroups": [group], "apiVersions": ["*"], "resources": list(resources),
          "operations": operations, "scope": "Namespaced"}
-        for group, versions, resources in TRAINING_JOB_RESOURCES
+        for group, resources in TRAINING_JOB_RESOURCES
     ]
 
 
@@ -53,7 +60,7 @@ def _webhook(name: str, url: str, ca_pem: bytes, *, operations: list[str], failu
 
 
 def mutating_configuration(config_name: str, base_url: str, ca_pem: bytes, *,
-                           failure_policy: FailurePolicy = "Fail", timeout_seconds: int = 10,
+                           failure_policy: FailurePolicy = "Fail", timeout_seconds: int = CHART_TIMEOUT_SECONDS,
                            namespace_selector: RawObject | None = None,
                            webhook_name: str = MUTATING_NAME) -> RawObject:
     hook: dict[str, Any] = _webhook(webhook_name, f"{base_url}/mutate", ca_pem, operations=["CREATE"],
@@ -69,7 +76,7 @@ def mutating_configuration(config_name: str, base_url: str, ca_pem: bytes, *,
 
 
 def validating_configuration(config_name: str, base_url: str, ca_pem: bytes, *,
-                             failure_policy: FailurePolicy = "Fail", timeout_seconds: int = 10,
+                             failure_policy: FailurePolicy = "Fail", timeout_seconds: int = CHART_TIMEOUT_SECONDS,
                              namespace_selector: RawObject | None = None,
                              webhook_name: str = VALIDATING_NAME) -> RawObject:
     return {
