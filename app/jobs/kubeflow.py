@@ -171,7 +171,7 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
     spec = read_mapping(raw.get("spec"), "spec", errors)
     specs = _read_specs(spec, framework, errors, gpu_resources=gpu_resources)
     coordinator = _choose_coordinator(specs, framework, errors)
-    rdzv_port = _read_rdzv_port(spec, errors) if framework.kind == "PyTorchJob" else None
+    rendezvous = _read_rendezvous(spec, framework, errors)
     if errors:
         raise InvalidJobError(errors)
     assert coordinator is not None  # no errors means a coordinator was found
@@ -186,7 +186,7 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
         namespace=meta.namespace,
         replicas=replicas,
         coordinator=coordinator.key,
-        flows=tuple(_build_flows(replicas, ports, coordinator.key, framework, spec, rdzv_port)),
+        flows=tuple(_build_flows(replicas, ports, coordinator.key, framework, rendezvous)),
         group_selector=_operator_labels(framework, meta),
         annotations=meta.annotations,
     )
@@ -271,12 +271,24 @@ def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[F
     return None
 
 
-def _read_rdzv_port(spec: Mapping[str, Any], errors: list[FieldError]) -> int | None:
-    """PyTorch elastic: `elasticPolicy.rdzvPort` overrides the Worker's port (§2.1)."""
+@dataclass(frozen=True)
+class _Rendezvous:
+    """PyTorch elastic overrides (§2.1): `rdzvPort` replaces the Worker's port; a `rdzvHost`
+    (e.g. an etcd service) moves the rendezvous out of the job, so no pod of it is dialled."""
+
+    port: int | None = None
+    external: bool = False
+
+
+def _read_rendezvous(spec: Mapping[str, Any], framework: Framework, errors: list[FieldError]) -> _Rendezvous:
+    if framework.kind != "PyTorchJob":
+        return _Rendezvous()
     policy = read_mapping(spec.get("elasticPolicy"), "spec.elasticPolicy", errors)
-    if policy.get("rdzvPort") is None:
-        return None
-    return read_int(policy.get("rdzvPort"), "spec.elasticPolicy.rdzvPort", errors, default=0, minimum=1) or None
+    port = None
+    if policy.get("rdzvPort") is not None:
+        port = read_int(policy.get("rdzvPort"), "spec.elasticPolicy.rdzvPort", errors, default=0, minimum=1) or None
+    host = read_str(policy.get("rdzvHost"), "spec.elasticPolicy.rdzvHost", errors)
+    return _Rendezvous(port=port, external=bool(host))
 
 
 def _operator_labels(framework: Framework, meta: JobMeta) -> dict[str, str]:
@@ -377,30 +389,23 @@ def _build_flows(
     ports: Mapping[str, int],
     coordinator: str,
     framework: Framework,
-    spec: Mapping[str, Any],
-    rdzv_port: int | None,
+    rendezvous: _Rendezvous,
 ) -> list[Flow]:
     members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas]
     if not flows.has_peer(members):
         return []
     out: list[Flow] = []
     if framework.shape == "rendezvous":
-        port = rdzv_port or ports[coordinator]
-        if not _external_rendezvous(spec):
-            out += flows.build_rendezvous(
-                members, coordinator, port, port_name="" if rdzv_port else framework.port_name
-            )
+        if not rendezvous.external:
+            port = rendezvous.port or ports[coordinator]
+            name = "" if rendezvous.port else framework.port_name
+            out += flows.build_rendezvous(members, coordinator, port, port_name=name)
     elif framework.shape == "all-to-all":
         out += flows.build_all_to_all(members, {k: (p, framework.port_name) for k, p in ports.items()})
     elif framework.shape == "mpi-ssh":
         out += flows.build_launcher(coordinator, members, flows.SSH_PORT)
-    # "mpi-exec" (training-operator MPIJob v1): the launcher starts workers through the
-    # apiserver; only the collective traffic below runs pod to pod.
+    # "mpi-exec" (training-operator MPIJob v1): the launcher starts `orted` on workers through the
+    # apiserver (`kubectl exec`); the orted daemons then dial mpirun back on an ephemeral port
+    # (`orte_hnp_uri tcp://<launcher-ip>:<port>`), which the collective flows below cover.
     out += flows.build_collective(members, coordinator)
     return out
-
-
-def _external_rendezvous(spec: Mapping[str, Any]) -> bool:
-    """PyTorch elastic with `rdzvHost`: rendezvous runs outside the job (e.g. etcd), not on a pod."""
-    policy = spec.get("elasticPolicy")
-    return isinstance(policy, Mapping) and bool(read_str(policy.get("rdzvHost"), "", []))

@@ -129,6 +129,14 @@ def paths_of(raw: Any) -> list[str]:
             id="every bad field is reported at once",
         ),
         pytest.param(
+            kubeflow_job("PyTorchJob", {"Worker": replica()}, elasticPolicy={"rdzvPort": 0, "rdzvHost": 5}),
+            [
+                FieldError("spec.elasticPolicy.rdzvPort", "must be >= 1, got 0"),
+                FieldError("spec.elasticPolicy.rdzvHost", "must be a string, got integer"),
+            ],
+            id="pytorch elastic rendezvous overrides of the wrong type",
+        ),
+        pytest.param(
             jobset(),
             [FieldError("spec.replicatedJobs", "is required and must hold at least one replicatedJob")],
             id="jobset without replicatedJobs",
