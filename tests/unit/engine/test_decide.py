@@ -1,0 +1,390 @@
+"""The mutating decision (engine.decide): candidate zones, capacity, flows per zone, pins, strategies.
+
+Each case is one call on a group built with tests.builders and a snapshot, evaluated with the real
+policy evaluator; the assertion covers every field of the Decision that the engine computes itself
+(zone table, choice, tolerations, labels, open zones) plus the reasons.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app import engine
+from app.config import Settings
+from app.models.cluster import Snapshot
+from app.models.decision import Decision
+from app.models.job import JobGroup
+from tests.builders import (
+    GPU_TAINT,
+    make_cnp,
+    make_group,
+    make_namespace,
+    make_node,
+    make_placement,
+    make_pod,
+    make_replica,
+    make_snapshot,
+    rendezvous,
+    tolerate,
+)
+
+ZONE = "topology.kubernetes.io/zone"
+NS = "ml"
+LAB_TAINT = {"key": "gpu", "value": "present", "effect": "NoSchedule"}
+LAB_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION_ADDED = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+
+
+def lab_policies() -> list[Any]:
+    """The seed lab's three CNPs (ram2valar/kubeflow-cilium-lab topology-network-policy.yaml)."""
+
+    def intra(zone: str) -> Any:
+        return make_cnp(
+            f"allow-intra-{zone}",
+            {
+                "endpointSelector": {"matchLabels": {"zone": zone}},
+                "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": zone}}]}],
+                "egress": [{"toEndpoints": [{"matchLabels": {"zone": zone}}]}],
+            },
+            namespace=NS,
+        )
+
+    gpu = make_cnp(
+        "deny-cross-zone-gpu-traffic",
+        {
+            "endpointSelector": {"matchLabels": {"role": "gpu-worker"}},
+            "egress": [{"toEndpoints": [{"matchLabels": {"zone": "zone-a"}}]}],
+        },
+        namespace=NS,
+    )
+    return [intra("zone-a"), intra("zone-b"), gpu]
+
+
+LAB = make_snapshot(
+    [
+        make_node("gpu-a-1", zone="zone-a", gpus=4, labels={"gpu": "true"}, taints=[LAB_TAINT]),
+        make_node("gpu-a-2", zone="zone-a", gpus=4, labels={"gpu": "true"}, taints=[LAB_TAINT]),
+        make_node("cpu-b-1", zone="zone-b", labels={"gpu": "false"}),
+        make_node("cpu-b-2", zone="zone-b", labels={"gpu": "false"}),
+    ],
+    namespaces=[make_namespace(NS)],
+    policies=lab_policies(),
+)
+
+
+def lab_group(master_placement: Any = None) -> JobGroup:
+    return make_group(
+        make_replica(
+            "Master", coordinator=True, labels={"role": "coordinator", "zone": "zone-b"}, placement=master_placement
+        ),
+        make_replica(
+            "Worker",
+            count=4,
+            gpus=1,
+            labels={"role": "gpu-worker", "zone": "zone-a"},
+            placement=make_placement({"gpu": "true"}, tolerations=[LAB_TOLERATION]),
+        ),
+        namespace=NS,
+    )
+
+
+def three_zones(pods: list[Any] | None = None, policies: list[Any] | None = None) -> Snapshot:
+    """zone-a: two 8-GPU nodes, zone-c: one 8-GPU node, zone-b: CPU only; GPU nodes carry the NVIDIA taint."""
+    return make_snapshot(
+        [
+            make_node("a100-a-1", zone="zone-a", gpus=8, taints=[GPU_TAINT]),
+            make_node("a100-a-2", zone="zone-a", gpus=8, taints=[GPU_TAINT]),
+            make_node("a100-c-1", zone="zone-c", gpus=8, taints=[GPU_TAINT]),
+            make_node("cpu-b-1", zone="zone-b"),
+        ],
+        pods=pods or [],
+        namespaces=[make_namespace(NS)],
+        policies=policies or [],
+    )
+
+
+def torch(workers: int = 2, gpus: int = 2, worker_placement: Any = None, master_placement: Any = None) -> JobGroup:
+    return make_group(
+        make_replica("Master", coordinator=True, placement=master_placement),
+        make_replica(
+            "Worker", count=workers, gpus=gpus, placement=worker_placement or make_placement(tolerations=[tolerate()])
+        ),
+        namespace=NS,
+    )
+
+
+def tf(workers: int = 2) -> JobGroup:
+    return make_group(
+        make_replica("Chief", coordinator=True),
+        make_replica("PS"),
+        make_replica("Worker", count=workers, gpus=2, placement=make_placement(tolerations=[tolerate()])),
+        namespace=NS,
+    )
+
+
+def table(decision: Decision) -> dict[str, Any]:
+    """Everything the engine decides itself (flow verdict texts come from the policy evaluator)."""
+    return {
+        "allowed": decision.allowed,
+        "zone": decision.zone,
+        "zones": {
+            z.zone: (z.gpu_nodes, z.gpus_free, z.gpus_needed, z.fits, z.network, z.eligible) for z in decision.zones
+        },
+        "tolerations": {k: [dict(t) for t in v] for k, v in decision.tolerations.items()},
+        "labels": dict(decision.labels),
+        "open_zones": decision.open_zones,
+    }
+
+
+def denied(zones: dict[str, tuple[int, int, int, bool, str, bool]]) -> dict[str, Any]:
+    return {"allowed": False, "zone": None, "zones": zones, "tolerations": {}, "labels": {}, "open_zones": ()}
+
+
+def rendezvous_only() -> JobGroup:
+    group = torch()
+    return make_group(*group.replicas, namespace=NS, flows=[rendezvous("Worker", "Master")])
+
+
+L7_MASTER = make_cnp(
+    "l7-master",
+    {
+        "endpointSelector": {"matchLabels": {"training.kubeflow.org/replica-type": "master"}},
+        "ingress": [
+            {"toPorts": [{"ports": [{"port": "23456", "protocol": "TCP"}], "rules": {"http": [{"method": "GET"}]}}]}
+        ],
+    },
+    namespace=NS,
+)
+
+QUARANTINE_PS_IN_ZONE_A = make_cnp(
+    "quarantine-ps",
+    {
+        "endpointSelector": {"matchLabels": {"zone": "zone-a", "training.kubeflow.org/replica-type": "ps"}},
+        "ingressDeny": [{"fromEndpoints": [{}]}],
+    },
+    namespace=NS,
+)
+
+CASES = [
+    pytest.param(
+        lab_group(),
+        LAB,
+        Settings(zone_identity_label="zone"),
+        {
+            "allowed": True,
+            "zone": "zone-a",
+            "zones": {"zone-a": (2, 8, 4, True, "allow", True)},
+            "tolerations": {"Master": [LAB_TOLERATION]},
+            "labels": {"zone": "zone-a"},
+            "open_zones": ("zone-a",),
+        },
+        [],
+        id="lab: pins to zone-a, sets the identity label, the coordinator tolerates the GPU pool",
+    ),
+    pytest.param(
+        lab_group(),
+        LAB,
+        Settings(),
+        denied({"zone-a": (2, 8, 4, True, "deny", False)}),
+        [
+            "zone-a: Master carries the static label zone=zone-b, which the policies read: set zoneIdentityLabel: "
+            "zone in the topoguard config, or change the label to zone=zone-a",
+            "zone-a: Worker → Master TCP/23456 is blocked",
+        ],
+        id="lab without zoneIdentityLabel: the static zone-b label blocks the path, with the fix",
+    ),
+    pytest.param(
+        lab_group(make_placement({ZONE: "zone-b"})),
+        LAB,
+        Settings(zone_identity_label="zone"),
+        denied({"zone-a": (2, 8, 4, False, "allow", False)}),
+        [
+            "the replicas share no zone: Master is pinned to zone-b, Worker can only run in zone-a",
+            "zone-a: Master cannot run here: its nodeSelector topology.kubernetes.io/zone=zone-b matches no node",
+        ],
+        id="coordinator pinned away from the only GPU zone: denied naming both zones",
+    ),
+    pytest.param(
+        torch(),
+        three_zones(),
+        Settings(),
+        {
+            "allowed": True,
+            "zone": "zone-a",
+            "zones": {"zone-a": (2, 16, 4, True, "allow", True), "zone-c": (1, 8, 4, True, "allow", True)},
+            "tolerations": {"Master": [GPU_TOLERATION_ADDED]},
+            "labels": {},
+            "open_zones": ("zone-a", "zone-c"),
+        },
+        [],
+        id="most-free picks the zone with the most free GPUs; a CPU-only zone is no candidate",
+    ),
+    pytest.param(
+        torch(),
+        three_zones(),
+        Settings(zone_strategy="binpack"),
+        {
+            "allowed": True,
+            "zone": "zone-c",
+            "zones": {"zone-a": (2, 16, 4, True, "allow", True), "zone-c": (1, 8, 4, True, "allow", True)},
+            "tolerations": {"Master": [GPU_TOLERATION_ADDED]},
+            "labels": {},
+            "open_zones": ("zone-a", "zone-c"),
+        },
+        [],
+        id="binpack picks the zone with the fewest free GPUs that still fits",
+    ),
+    pytest.param(
+        torch(),
+        three_zones(
+            pods=[
+                make_pod("busy-1", namespace=NS, node="a100-a-1", gpus=8),
+                make_pod("busy-2", namespace=NS, node="a100-a-2", gpus=6),
+                make_pod("finished", namespace=NS, node="a100-c-1", gpus=8, phase="Succeeded"),
+            ]
+        ),
+        Settings(),
+        {
+            "allowed": True,
+            "zone": "zone-c",
+            "zones": {"zone-a": (2, 2, 4, False, "allow", False), "zone-c": (1, 8, 4, True, "allow", True)},
+            "tolerations": {"Master": [GPU_TOLERATION_ADDED]},
+            "labels": {},
+            "open_zones": ("zone-c",),
+        },
+        [],
+        id="capacity: running pods hold GPUs, finished pods do not",
+    ),
+    pytest.param(
+        torch(workers=1, gpus=8),
+        three_zones(
+            pods=[
+                make_pod("busy-1", namespace=NS, node="a100-a-1", gpus=4),
+                make_pod("busy-2", namespace=NS, node="a100-a-2", gpus=4),
+                make_pod("busy-3", namespace=NS, node="a100-c-1", gpus=1),
+            ]
+        ),
+        Settings(),
+        denied({"zone-a": (2, 8, 8, False, "allow", False), "zone-c": (1, 7, 8, False, "allow", False)}),
+        [
+            "zone-a: needs 8 GPUs (1×8), 8 free, but they do not fit node by node (at most 4 free on one node)",  # noqa: RUF001
+            "zone-c: needs 8 GPUs (1×8), 7 free",  # noqa: RUF001
+        ],
+        id="per-node fit: 8 free in zone-a but no node has 8",
+    ),
+    pytest.param(
+        torch(worker_placement=make_placement({ZONE: "zone-c"}, tolerations=[tolerate()])),
+        three_zones(),
+        Settings(),
+        {
+            "allowed": True,
+            "zone": "zone-c",
+            "zones": {"zone-c": (1, 8, 4, True, "allow", True)},
+            "tolerations": {"Master": [GPU_TOLERATION_ADDED]},
+            "labels": {},
+            "open_zones": ("zone-c",),
+        },
+        [],
+        id="the user's own zone pin restricts the candidates",
+    ),
+    pytest.param(
+        torch(worker_placement=make_placement()),
+        three_zones(),
+        Settings(),
+        denied({}),
+        [
+            "zone-a: Worker cannot run here: it does not tolerate taint nvidia.com/gpu=present:NoSchedule of the "
+            "nvidia.com/gpu nodes",
+            "zone-c: Worker cannot run here: it does not tolerate taint nvidia.com/gpu=present:NoSchedule of the "
+            "nvidia.com/gpu nodes",
+        ],
+        id="GPU workers that tolerate no GPU node: no candidate zone",
+    ),
+    pytest.param(
+        tf(),
+        three_zones(policies=[QUARANTINE_PS_IN_ZONE_A]),
+        Settings(zone_identity_label="zone"),
+        {
+            "allowed": True,
+            "zone": "zone-c",
+            "zones": {"zone-a": (2, 16, 4, True, "deny", False), "zone-c": (1, 8, 4, True, "allow", True)},
+            "tolerations": {"Chief": [GPU_TOLERATION_ADDED], "PS": [GPU_TOLERATION_ADDED]},
+            "labels": {"zone": "zone-c"},
+            "open_zones": ("zone-c",),
+        },
+        [],
+        id="a zone whose policy blocks a flow is skipped for an open one",
+    ),
+    pytest.param(
+        tf(),
+        three_zones(
+            policies=[
+                QUARANTINE_PS_IN_ZONE_A,
+                make_cnp(
+                    "quarantine-ps-c",
+                    {
+                        "endpointSelector": {
+                            "matchLabels": {"zone": "zone-c", "training.kubeflow.org/replica-type": "ps"}
+                        },
+                        "ingressDeny": [{"fromEndpoints": [{}]}],
+                    },
+                    namespace=NS,
+                ),
+            ]
+        ),
+        Settings(zone_identity_label="zone"),
+        denied({"zone-a": (2, 16, 4, True, "deny", False), "zone-c": (1, 8, 4, True, "deny", False)}),
+        ["zone-a: Chief → PS", "zone-c: Chief → PS", "ml/quarantine-ps"],
+        id="every zone blocked: denied naming the flow and the policy per zone",
+    ),
+    pytest.param(
+        rendezvous_only(),
+        three_zones(policies=[L7_MASTER]),
+        Settings(),
+        denied({"zone-a": (2, 16, 4, True, "unknown", False), "zone-c": (1, 8, 4, True, "unknown", False)}),
+        [
+            "zone-a: Worker → Master TCP/23456 cannot be evaluated",
+            "zone-c: Worker → Master TCP/23456 cannot be evaluated",
+        ],
+        id="an L7 rule cannot be evaluated: unknown is never a guess, and says so",
+    ),
+]
+
+
+@pytest.mark.parametrize("group, snapshot, settings, want, reasons", CASES)
+def test_decide(
+    group: JobGroup, snapshot: Snapshot, settings: Settings, want: dict[str, Any], reasons: list[str]
+) -> None:
+    got = engine.decide(group, snapshot, settings)
+    assert table(got) == want
+    assert list(got.reasons) == sorted(got.reasons)
+    for fragment in reasons:
+        assert any(fragment in r for r in got.reasons), (fragment, got.reasons)
+    assert bool(got.reasons) == (not got.allowed)
+
+
+def test_unknown_is_worse_than_allow_but_a_deny_elsewhere_wins() -> None:
+    got = engine.decide(torch(), three_zones(policies=[L7_MASTER]), Settings())
+    verdicts = {(c.flow.src, c.flow.dst, str(c.flow.ports)): c.verdict.verdict for c in got.zones[0].flows}
+    # The L7 port cannot be judged; every other port to the Master is default-denied by the same policy.
+    assert verdicts[("Worker", "Master", "23456")] == "unknown"
+    assert verdicts[("Worker", "Master", "1-65535")] == "deny"
+    assert [z.network for z in got.zones] == ["deny", "deny"]
+
+
+def test_same_inputs_give_the_same_decision() -> None:
+    snapshot = three_zones(policies=[QUARANTINE_PS_IN_ZONE_A])
+    settings = Settings(zone_identity_label="zone")
+    assert engine.decide(tf(), snapshot, settings) == engine.decide(tf(), snapshot, settings)
+
+
+def test_prepare_builds_the_zone_index_once() -> None:
+    snapshot = three_zones()
+    engine.prepare(snapshot, Settings())
+    built = dict(snapshot._memo)
+    engine.decide(torch(), snapshot, Settings())
+    assert {k: v for k, v in snapshot._memo.items() if k.startswith("engine.")} == {
+        k: v for k, v in built.items() if k.startswith("engine.")
+    }
