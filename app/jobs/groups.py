@@ -31,7 +31,7 @@ def read_job_meta(raw: Mapping[str, Any], namespace: str, errors: list[FieldErro
     metadata = read_mapping(raw.get("metadata"), "metadata", errors)
     name = read_str(metadata.get("name"), "metadata.name", errors)
     generate_name = read_str(metadata.get("generateName"), "metadata.generateName", errors)
-    if not name and not generate_name:
+    if not metadata.get("name") and not generate_name:
         errors.append(FieldError("metadata.name", "is required"))
     own_namespace = read_str(metadata.get("namespace"), "metadata.namespace", errors)
     annotations = read_string_map(metadata.get("annotations"), "metadata.annotations", errors)

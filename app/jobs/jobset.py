@@ -78,8 +78,9 @@ def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: st
 
 
 def _read_rjobs(spec: Mapping[str, Any], errors: list[FieldError], *, gpu_resources: Sequence[str]) -> list[_RJob]:
-    items = read_list(spec.get("replicatedJobs"), "spec.replicatedJobs", errors)
-    if not items and not errors:
+    raw = spec.get("replicatedJobs")
+    items = read_list(raw, "spec.replicatedJobs", errors)
+    if raw is None or (isinstance(raw, list) and not raw):
         errors.append(FieldError("spec.replicatedJobs", "is required and must hold at least one replicatedJob"))
     out: list[_RJob] = []
     seen: set[str] = set()

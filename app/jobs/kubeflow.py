@@ -172,9 +172,11 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
     specs = _read_specs(spec, framework, errors, gpu_resources=gpu_resources)
     coordinator = _choose_coordinator(specs, framework, errors)
     rendezvous = _read_rendezvous(spec, framework, errors)
-    if errors:
+    if coordinator is None and not errors:  # every key was one the operator ignores (mpi-operator)
+        required = framework.coordinator_types[0]
+        errors.append(FieldError(join_path("spec", framework.map_key), f"a {required} replica is required"))
+    if errors or coordinator is None:
         raise InvalidJobError(errors)
-    assert coordinator is not None  # no errors means a coordinator was found
     # mpi-operator: with runLauncherAsWorker the launcher is rank 0 and labelled replica-index=0.
     launcher_is_worker = spec.get("runLauncherAsWorker") is True
     replicas = tuple(_build_replica(s, framework, meta, coordinator, launcher_is_worker) for s in specs)
@@ -196,8 +198,9 @@ def _read_specs(
     spec: Mapping[str, Any], framework: Framework, errors: list[FieldError], *, gpu_resources: Sequence[str]
 ) -> list[_Spec]:
     map_path = join_path("spec", framework.map_key)
-    replica_map = read_mapping(spec.get(framework.map_key), map_path, errors)
-    if not replica_map and not errors:
+    raw_map = spec.get(framework.map_key)
+    replica_map = read_mapping(raw_map, map_path, errors)
+    if raw_map is None or (isinstance(raw_map, Mapping) and not raw_map):
         errors.append(FieldError(map_path, "is required and must hold at least one replica type"))
     out: list[_Spec] = []
     seen: dict[str, str] = {}
@@ -258,13 +261,9 @@ def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[F
         for s in specs:
             if s.canonical == wanted:
                 return s
-    if framework.coordinator_required:
-        if not errors:
-            errors.append(
-                FieldError(
-                    join_path("spec", framework.map_key), f"a {framework.coordinator_types[0]} replica is required"
-                )
-            )
+    if framework.coordinator_required and specs:
+        path = join_path("spec", framework.map_key)
+        errors.append(FieldError(path, f"a {framework.coordinator_types[0]} replica is required"))
         return None
     if specs:
         return specs[0]

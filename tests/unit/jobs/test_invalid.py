@@ -137,6 +137,24 @@ def paths_of(raw: Any) -> list[str]:
             id="pytorch elastic rendezvous overrides of the wrong type",
         ),
         pytest.param(
+            kubeflow_job("MPIJob", {"Extra": replica()}, api_version="kubeflow.org/v2beta1"),
+            [FieldError("spec.mpiReplicaSpecs", "a Launcher replica is required")],
+            id="mpi v2 with only keys the operator ignores",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "JAXJob",
+                "metadata": {"name": 3},
+                "spec": {"jaxReplicaSpecs": {}},
+            },
+            [
+                FieldError("metadata.name", "must be a string, got integer"),
+                FieldError("spec.jaxReplicaSpecs", "is required and must hold at least one replica type"),
+            ],
+            id="errors elsewhere do not hide a missing replica map",
+        ),
+        pytest.param(
             jobset(),
             [FieldError("spec.replicatedJobs", "is required and must hold at least one replicatedJob")],
             id="jobset without replicatedJobs",
