@@ -135,7 +135,8 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
     selector = {labels.GROUP_LABEL: group_label_value(raw_job, group)} if _needs_group_label(group, settings) else {}
     for replica in group.replicas:
         template = resolve_pointer(edited, replica.template_path)
-        _edit_template(template, replica, decision, settings, selector, where=replica.template_path)
+        _edit_template(template, replica, decision, settings, selector, spread=_spreads(group, settings),
+                       where=replica.template_path)
     annotations = _child_map(_child_map(edited, "metadata", ""), "annotations", "/metadata")
     if decision.zone and settings.mode == "pin":
         annotations[labels.ZONE_ANNOTATION] = decision.zone
@@ -185,8 +186,13 @@ def group_label_value(raw_job: Mapping[str, Any], group: JobGroup) -> str:
     return f"{stem}-{digest}" if stem else digest
 
 
+def _spreads(group: JobGroup, settings: Settings) -> bool:
+    """Whether to add the hostname spread: asked for, and kept by the kind's schema."""
+    return settings.spread_within_zone == "hostname" and group.supports_spread
+
+
 def _needs_group_label(group: JobGroup, settings: Settings) -> bool:
-    return settings.mode == "colocate" or (settings.spread_within_zone == "hostname" and group.supports_spread)
+    return settings.mode == "colocate" or _spreads(group, settings)
 
 
 def _edit_template(
@@ -196,6 +202,7 @@ def _edit_template(
     settings: Settings,
     selector: Mapping[str, str],
     *,
+    spread: bool,
     where: str,
 ) -> None:
     if not isinstance(template, dict):
@@ -212,7 +219,7 @@ def _edit_template(
             _require_zone(spec, settings.zone_label, sorted(decision.open_zones), where=spec_path)
         _require_pod_affinity(spec, settings.zone_label, selector, where=spec_path)
     _add_tolerations(spec, decision.tolerations.get(replica.key, ()), where=spec_path)
-    if settings.spread_within_zone == "hostname" and selector:
+    if spread:
         _add_hostname_spread(spec, selector, where=spec_path)
 
 

@@ -258,6 +258,19 @@ def test_spread_respects_supports_spread(supports_spread: bool, want: list[dict[
     assert patches.build_patch(doc, group_of(doc, supports_spread=supports_spread), decision(), PIN_SPREAD) == want
 
 
+def test_colocate_adds_no_spread_where_the_schema_prunes_it() -> None:
+    doc = pytorchjob({"Worker": BARE})
+    colocate_spread = Settings(mode="colocate", spread_within_zone="hostname")
+    got = patches.build_patch(doc, group_of(doc, supports_spread=False), decision(None), colocate_spread)
+    assert got == [
+        add("/metadata/annotations", {"topoguard.io/decision": "zone=None"}),
+        add(f"{WORKER}/spec/affinity", {
+            **pin_affinity({"matchExpressions": [IN_A]}),
+            "podAffinity": {REQUIRED: [{"labelSelector": {"matchLabels": {GROUP: "train"}}, "topologyKey": ZL}]}}),
+        add(f"{WORKER}/metadata", {"labels": {GROUP: "train"}}),
+    ]
+
+
 def test_a_refused_decision_patches_nothing() -> None:
     doc = pytorchjob({"Worker": BARE})
     assert patches.build_patch(doc, group_of(doc), decision(None, allowed=False), PIN) == []
