@@ -145,7 +145,6 @@ def fit_zone(group: JobGroup, index: ZoneIndex, zone: str, *, strict: bool) -> Z
     gpu_replicas = [r for r in group.replicas if r.gpus_per_pod > 0]
     fits: dict[str, ReplicaFit] = {r.key: _gpu_fit(r, classes, index) for r in gpu_replicas}
     anchors = [f for f in fits.values() if f.can_run]
-    anchor_nodes = {slot.name: slot for f in anchors for pool in f.pools for slot in pool}
     pool_taints: frozenset[Taint] = frozenset()
     if not strict:
         pool_taints = frozenset(
@@ -163,9 +162,33 @@ def fit_zone(group: JobGroup, index: ZoneIndex, zone: str, *, strict: bool) -> Z
         anchored=len(anchors) == len(gpu_replicas),
         replicas=fits,
         pool_taints=tuple(sorted(pool_taints, key=taint_order)),
-        gpu_nodes=len(anchor_nodes),
-        gpus_free=sum(s.free.get(r, 0) for s in anchor_nodes.values() for r in gpu_keys),
+        **_anchor_totals(anchors, gpu_keys),
     )
+
+
+def _anchor_totals(anchors: Sequence[ReplicaFit], gpu_keys: frozenset[str]) -> dict[str, int]:
+    """GPU nodes and free GPUs on the union of the anchor pools, per class where a pool is a whole class.
+
+    NB: summing whole classes from their precomputed totals keeps this independent of the node count;
+    only a selector that reads a per-node key (hostname, node name) costs a pass over its class.
+    """
+    picked: dict[int, tuple[NodeClass, set[str] | None]] = {}  # None: the whole class
+    for fit in anchors:
+        for cls, pool in zip(fit.classes, fit.pools, strict=True):
+            seen = picked.get(id(cls), (cls, set()))[1]
+            if pool is cls.nodes or seen is None:
+                picked[id(cls)] = (cls, None)
+            else:
+                picked[id(cls)] = (cls, seen | {n.name for n in pool})
+    nodes_count = free = 0
+    for cls, names in picked.values():
+        if names is None:
+            nodes_count += len(cls.nodes)
+            free += cls.gpus_free(gpu_keys)
+        else:
+            nodes_count += len(names)
+            free += sum(n.free.get(r, 0) for n in cls.nodes if n.name in names for r in gpu_keys)
+    return {"gpu_nodes": nodes_count, "gpus_free": free}
 
 
 def replica_zones(fits: Sequence[ZoneFit]) -> dict[str, tuple[str, ...]]:
