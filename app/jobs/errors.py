@@ -42,14 +42,15 @@ class InvalidJobError(JobError):
         super().__init__("invalid job: " + "; ".join(str(e) for e in self.errors))
 
 
-def join_path(path: str, key: str | int) -> str:
-    """`path` extended by a map key or list index.
+def join_path(path: str, *keys: str | int) -> str:
+    """`path` extended by map keys and list indexes, one field at a time.
 
     Keys with a dot or a slash (label keys, resource names) are bracketed so the path stays
     unambiguous: `resources.limits[nvidia.com/gpu]`, `containers[0]`.
     """
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    if "." in key or "/" in key or not key:
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
+    for key in keys:
+        if isinstance(key, int) or "." in key or "/" in key or not key:
+            path = f"{path}[{key}]"
+        else:
+            path = f"{path}.{key}" if path else key
+    return path

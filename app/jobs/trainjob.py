@@ -22,6 +22,7 @@ there, so `supports_spread` is False.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +95,7 @@ def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: st
         raise InvalidJobError(errors)
     names = [NODE_JOB, *(n for n in pods if n != NODE_JOB)]
     is_mpi = LAUNCHER_JOB in names
-    new_slots = iter(range(_our_rjob_count(spec, ours_at), 10**6))
+    new_slots = itertools.count(_our_rjob_count(spec, ours_at))
     replicas = []
     for name in names:
         pod = pods.get(name) or _PatchedPod()
@@ -188,21 +189,21 @@ def _apply_rjob_patch(
         errors.append(FieldError(join_path(path, "name"), "is required"))
         return
     job_template = read_mapping(rjob.get("template"), join_path(path, "template"), errors)
-    job_spec = read_mapping(job_template.get("spec"), join_path(path, "template.spec"), errors)
-    pod_path = join_path(path, "template.spec.template")
+    job_spec = read_mapping(job_template.get("spec"), join_path(path, "template", "spec"), errors)
+    pod_path = join_path(path, "template", "spec", "template")
     template = job_spec.get("template")
     pod_template = read_mapping(template, pod_path, errors)
     metadata = read_mapping(pod_template.get("metadata"), join_path(pod_path, "metadata"), errors)
     pod_spec = read_mapping(pod_template.get("spec"), join_path(pod_path, "spec"), errors)
     pod = pods.setdefault(name, _PatchedPod())
-    pod.labels.update(read_string_map(metadata.get("labels"), join_path(pod_path, "metadata.labels"), errors))
+    pod.labels.update(read_string_map(metadata.get("labels"), join_path(pod_path, "metadata", "labels"), errors))
     placement = read_placement(pod_spec, join_path(pod_path, "spec"), errors)
     pod.node_selector.update(placement.node_selector)
     if _has_required_terms(pod_spec):
         pod.terms = placement.node_selector_terms
     if pod_spec.get("tolerations") is not None:
         pod.tolerations = placement.tolerations
-    account = read_str(pod_spec.get("serviceAccountName"), join_path(pod_path, "spec.serviceAccountName"), errors)
+    account = read_str(pod_spec.get("serviceAccountName"), join_path(pod_path, "spec", "serviceAccountName"), errors)
     pod.service_account = account or pod.service_account
     if ours:
         pod.ours = template

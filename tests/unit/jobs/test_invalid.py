@@ -208,6 +208,24 @@ def paths_of(raw: Any) -> list[str]:
             ],
             id="trainjob patch replicatedJob without a name",
         ),
+        pytest.param(
+            trainjob(
+                patches=[runtime_patch("a.io/x", {"node": {"metadata": {"labels": []}, "spec": {"tolerations": {}}}})]
+            ),
+            [
+                FieldError(
+                    "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template"
+                    ".metadata.labels",
+                    "must be an object, got list",
+                ),
+                FieldError(
+                    "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template"
+                    ".spec.tolerations",
+                    "must be a list, got object",
+                ),
+            ],
+            id="trainjob patch pod template fields of the wrong type",
+        ),
     ],
 )
 def test_malformed_job_names_every_bad_field(raw: Any, want: list[FieldError]) -> None:
