@@ -23,7 +23,10 @@ MAX_PORT = 65535
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 # Kubernetes resource.Quantity, restricted to what an extended resource may hold.
-_QUANTITY = re.compile(r"^\+?(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_QUANTITY = re.compile(
+    r"^\+?(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exp>[+-]?[0-9]{1,3}))?$"
+)
 _SUFFIX_SCALE: Mapping[str, Fraction] = {
     "": Fraction(1),
     "m": Fraction(1, 1000),
@@ -133,7 +136,8 @@ def parse_whole_quantity(value: Any) -> int | None:
     match = _QUANTITY.match(value.strip())
     if not match:
         return None
-    amount = Fraction(match["num"]) * _SUFFIX_SCALE[match["suffix"] or ""]
+    scale = Fraction(10) ** int(match["exp"]) if match["exp"] else _SUFFIX_SCALE[match["suffix"] or ""]
+    amount = Fraction(match["num"]) * scale
     return int(amount) if amount.denominator == 1 else None
 
 
@@ -141,7 +145,7 @@ def read_pod_template(raw: Any, path: str, errors: list[FieldError], *, gpu_reso
     """Facts about the pods of a PodTemplateSpec (`{metadata, spec}`) at `path`."""
     template = read_mapping(raw, path, errors)
     metadata = read_mapping(template.get("metadata"), join_path(path, "metadata"), errors)
-    labels = read_string_map(metadata.get("labels"), join_path(join_path(path, "metadata"), "labels"), errors)
+    labels = read_string_map(metadata.get("labels"), join_path(path, "metadata", "labels"), errors)
     return read_pod_spec(
         template.get("spec"), join_path(path, "spec"), errors, gpu_resources=gpu_resources, labels=labels
     )
