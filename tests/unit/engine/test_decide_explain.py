@@ -1,0 +1,92 @@
+"""`topoguard explain`: exit codes, the JSON map and the text table, on the bundled seed-lab example."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from app import cli
+
+ROOT = Path(__file__).resolve().parents[3]
+LAB_CLUSTER = ROOT / "examples" / "lab-cluster.yaml"
+LAB_JOB = ROOT / "examples" / "pytorchjob-lab.yaml"
+LAB_CONFIG = ROOT / "examples" / "config.yaml"
+
+
+def explain(*argv: str) -> tuple[int, str, str]:
+    from app.commands import explain as command
+
+    args = cli.build_parser().parse_args(["explain", *argv])
+    out, err = io.StringIO(), io.StringIO()
+    code = command.run(args, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_lab_job_json_map_chooses_zone_a_with_the_patch() -> None:
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(LAB_CLUSTER), "--config", str(LAB_CONFIG), "-o", "json")
+    got = json.loads(out)
+    assert code == 0
+    assert (got["allowed"], got["zone"], got["labels"], got["openZones"]) == (
+        True,
+        "zone-a",
+        {"zone": "zone-a"},
+        ["zone-a"],
+    )
+    assert got["tolerations"] == {
+        "Master": [{"key": "gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
+    }
+    assert [(z["zone"], z["gpuNodes"], z["gpusFree"], z["gpusNeeded"], z["network"]) for z in got["zones"]] == [
+        ("zone-a", 2, 8, 4, "allow")
+    ]
+    assert {
+        "op": "replace",
+        "path": "/spec/pytorchReplicaSpecs/Master/template/metadata/labels/zone",
+        "value": "zone-a",
+    } in got["patch"]
+
+
+def test_lab_job_without_identity_label_exits_1_with_the_fix() -> None:
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(LAB_CLUSTER))
+    assert code == 1
+    assert "set zoneIdentityLabel: zone" in out
+    assert "Worker → Master TCP/23456 (pytorchjob-port) is blocked" in out
+
+
+def test_text_map_has_the_zone_table_and_the_choice() -> None:
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(LAB_CLUSTER), "--config", str(LAB_CONFIG))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2].split() == ["ZONE", "GPU", "NODES", "GPUS", "FREE/NEEDED", "FITS", "NETWORK", "ELIGIBLE"]
+    assert lines[3].split() == ["zone-a", "2", "8/4", "yes", "allow", "yes"]
+    assert "chosen zone: zone-a (zoneStrategy most-free, mode pin)" in lines
+
+
+@pytest.mark.parametrize(
+    "job_text, message",
+    [
+        pytest.param("kind: [unclosed", "not valid YAML", id="unparsable YAML"),
+        pytest.param("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "unsupported job kind", id="not a job kind"),
+        pytest.param("a: 1\n---\nb: 2\n", "expected exactly one job object, found 2", id="two documents"),
+        pytest.param("- 1\n- 2\n", "expected a Kubernetes object", id="a list, not an object"),
+        pytest.param(
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: x}\nspec: {pytorchReplicaSpecs: 3}\n",
+            "pytorchReplicaSpecs",
+            id="a malformed job names the field",
+        ),
+    ],
+)
+def test_unusable_job_exits_2(tmp_path: Path, job_text: str, message: str) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(job_text)
+    code, out, err = explain(str(job), "--cluster", str(LAB_CLUSTER))
+    assert (code, out) == (2, "")
+    assert message in err
+
+
+def test_missing_cluster_exits_2(tmp_path: Path) -> None:
+    code, out, err = explain(str(LAB_JOB), "--cluster", str(tmp_path / "nope.yaml"))
+    assert (code, out) == (2, "")
+    assert "no such file or directory" in err

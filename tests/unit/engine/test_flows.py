@@ -1,0 +1,108 @@
+"""Pods as policy endpoints (representatives vs enumerated indices) and the flow/verdict messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine import flows
+from app.models.job import Flow, JobGroup
+from app.models.network import ALL_PORTS, PortRange, Reason, SideVerdict, Verdict
+from tests.builders import make_group, make_namespace, make_replica, make_snapshot
+
+INDEX = "training.kubeflow.org/replica-index"
+
+
+def checker(mentioned: frozenset[str], workers: int = 3) -> tuple[flows.FlowChecker, JobGroup]:
+    group = make_group(
+        make_replica("Master", coordinator=True, labels={"zone": "zone-b"}),
+        make_replica("Worker", count=workers, gpus=1, service_account="trainer"),
+        namespace="ml",
+    )
+    snapshot = make_snapshot(namespaces=[make_namespace("ml", {"team": "research"})])
+    return flows.FlowChecker(group=group, snapshot=snapshot, enforcement="default", mentioned=mentioned), group
+
+
+@pytest.mark.parametrize(
+    "mentioned, workers, want",
+    [
+        pytest.param(frozenset({"zone"}), 3, ["0"], id="one representative when no policy reads the index label"),
+        pytest.param(frozenset({INDEX}), 3, ["0", "1", "2"], id="every index when a policy reads it"),
+        pytest.param(
+            frozenset({INDEX}),
+            40,
+            [str(i) for i in range(flows.MAX_ENUMERATED_PODS - 1)] + ["39"],
+            id="enumeration is bounded and keeps the last index",
+        ),
+    ],
+)
+def test_endpoint_indices(mentioned: frozenset[str], workers: int, want: list[str]) -> None:
+    check, group = checker(mentioned, workers)
+    got = check.endpoints(group.replica("Worker"), {"zone": "zone-a"})
+    assert [e.labels[INDEX] for e in got] == want
+    assert check.truncated == ({"Worker"} if workers > flows.MAX_ENUMERATED_PODS else set())
+
+
+def test_endpoint_carries_the_pod_identity_and_overrides() -> None:
+    check, group = checker(frozenset())
+    (got,) = check.endpoints(group.replica("Master"), {"zone": "zone-a"})
+    assert (got.namespace, dict(got.labels), dict(got.namespace_labels), got.service_account, got.name) == (
+        "ml",
+        {
+            "training.kubeflow.org/job-name": "train",
+            "training.kubeflow.org/replica-type": "master",
+            "zone": "zone-a",
+            INDEX: "0",
+        },
+        {"team": "research", "kubernetes.io/metadata.name": "ml"},
+        "default",
+        "train-master-0",
+    )
+
+
+@pytest.mark.parametrize(
+    "flow, want",
+    [
+        pytest.param(
+            Flow("Worker", "Master", PortRange.single(23456), "TCP", "rendezvous", "pytorchjob-port"),
+            "Worker → Master TCP/23456 (pytorchjob-port)",
+            id="a named rendezvous port",
+        ),
+        pytest.param(
+            Flow("Worker", "Worker", ALL_PORTS, "TCP", "collective"),
+            "Worker → Worker TCP/1-65535",
+            id="collective traffic over every port",
+        ),
+    ],
+)
+def test_describe_flow(flow: Flow, want: str) -> None:
+    assert flows.describe_flow(flow) == want
+
+
+DENY = Reason("ingress", "deny", "ingressDeny matches", "ml/quarantine", "CiliumNetworkPolicy", "ingressDeny[0]")
+ALLOW = Reason("egress", "allow", "no egress policy selects the pod")
+
+
+@pytest.mark.parametrize(
+    "verdict, want",
+    [
+        pytest.param(
+            Verdict("deny", SideVerdict("allow", (ALLOW,)), SideVerdict("deny", (DENY,))),
+            ("ingress deny by CiliumNetworkPolicy ml/quarantine ingressDeny[0]: ingressDeny matches",),
+            id="a deny names the side, the policy and the rule, never the allowing side",
+        ),
+        pytest.param(
+            Verdict(
+                "unknown",
+                SideVerdict(
+                    "unknown",
+                    (Reason("egress", "unknown", "L7 rule on 23456", "ml/l7", "CiliumNetworkPolicy", "egress[0]"),),
+                ),
+                SideVerdict("allow", ()),
+            ),
+            ("egress unknown by CiliumNetworkPolicy ml/l7 egress[0]: L7 rule on 23456",),
+            id="an unknown names what cannot be evaluated",
+        ),
+    ],
+)
+def test_blocking_reasons(verdict: Verdict, want: tuple[str, ...]) -> None:
+    assert flows.blocking_reasons(verdict) == want
