@@ -57,9 +57,9 @@ def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: st
     spec = read_mapping(raw.get("spec"), "spec", errors)
     rjobs = _read_rjobs(spec, errors, gpu_resources=gpu_resources)
     coordinator = _choose_coordinator(spec, rjobs, errors)
+    coordinator_value = _coordinator_value(spec, meta, errors)
     if errors:
         raise InvalidJobError(errors)
-    coordinator_value = _coordinator_value(spec, meta)
     replicas = tuple(_build_replica(r, meta, coordinator, coordinator_value) for r in rjobs)
     finished_first = _finished_first(spec)
     members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas if r.key not in finished_first]
@@ -148,17 +148,18 @@ def _finished_first(spec: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _coordinator_value(spec: Mapping[str, Any], meta: JobMeta) -> str:
-    """`<js>-<rjob>-<jobIndex>-<podIndex>.<subdomain>`, the coordinator label's value."""
+def _coordinator_value(spec: Mapping[str, Any], meta: JobMeta, errors: list[FieldError]) -> str:
+    """`<js>-<rjob>-<jobIndex>-<podIndex>.<subdomain>`, the coordinator label's value ("" when unset)."""
     coordinator = spec.get("coordinator")
-    if not isinstance(coordinator, Mapping) or not meta.name:
+    if not isinstance(coordinator, Mapping) or not isinstance(coordinator.get("replicatedJob"), str):
         return ""
-    network = spec.get("network")
-    subdomain = network.get("subdomain") if isinstance(network, Mapping) else None
-    job_index = coordinator.get("jobIndex") or 0
-    pod_index = coordinator.get("podIndex") or 0
-    name = coordinator.get("replicatedJob")
-    return f"{meta.name}-{name}-{job_index}-{pod_index}.{subdomain or meta.name}"
+    job_index = read_int(coordinator.get("jobIndex"), "spec.coordinator.jobIndex", errors, default=0)
+    pod_index = read_int(coordinator.get("podIndex"), "spec.coordinator.podIndex", errors, default=0)
+    network = read_mapping(spec.get("network"), "spec.network", errors)
+    subdomain = read_str(network.get("subdomain"), "spec.network.subdomain", errors) or meta.name
+    if not meta.name:
+        return ""
+    return f"{meta.name}-{coordinator['replicatedJob']}-{job_index}-{pod_index}.{subdomain}"
 
 
 def _build_replica(r: _RJob, meta: JobMeta, coordinator: str, coordinator_value: str) -> Replica:

@@ -173,10 +173,11 @@ def paths_of(raw: Any) -> list[str]:
             id="jobset duplicate replicatedJob names",
         ),
         pytest.param(
-            jobset(rjob("a", parallelism=-2), coordinator={"replicatedJob": "driver"}),
+            jobset(rjob("a", parallelism=-2), coordinator={"replicatedJob": "driver", "podIndex": "0"}),
             [
                 FieldError("spec.replicatedJobs[0].template.spec.parallelism", "must be >= 0, got -2"),
                 FieldError("spec.coordinator.replicatedJob", "names no replicatedJob: 'driver'"),
+                FieldError("spec.coordinator.podIndex", "must be an integer, got string"),
             ],
             id="jobset negative parallelism and unknown coordinator",
         ),
