@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from kubernetes import client
 
 from app.cache import resources
 from app.cache.errors import ApiError, StreamError
@@ -139,7 +138,7 @@ class Reflector:
         self,
         resource: Resource,
         *,
-        api_client: client.ApiClient,
+        apis: resources.Apis,
         tuning: WatchTuning,
         lock: threading.Lock,
         on_change: Callable[[], None],
@@ -153,7 +152,7 @@ class Reflector:
         self.failing_since: float | None = None  # wall clock, for humans
         self.failing_since_monotonic: float | None = None
         self.last_error = ""
-        self._api_client = api_client
+        self._apis = apis
         self._tuning = tuning
         self._lock = lock
         self._on_change = on_change
@@ -238,7 +237,7 @@ class Reflector:
 
     def _request(self, api_version: str, *, read_timeout: float, **query: Any) -> Any:
         timeout = (self._tuning.connect_timeout_seconds, read_timeout)
-        response = resources.open_collection(self._api_client, self.resource, api_version, timeout=timeout, **query)
+        response = resources.open_collection(self._apis, self.resource, api_version, timeout=timeout, **query)
         self._active = response
         return response
 

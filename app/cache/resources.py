@@ -103,8 +103,21 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
 _CORE_LISTERS = {"nodes": "list_node", "namespaces": "list_namespace", "pods": "list_pod_for_all_namespaces"}
 
 
+@dataclass(frozen=True)
+class Apis:
+    """The generated API objects, built once: the first CoreV1Api() loads the client's models, which
+    takes seconds, and much longer when every watch thread does it at the same time."""
+
+    core: Any
+    custom: Any
+
+    @classmethod
+    def build(cls, api_client: client.ApiClient) -> Apis:
+        return cls(core=client.CoreV1Api(api_client), custom=client.CustomObjectsApi(api_client))
+
+
 def open_collection(
-    api_client: client.ApiClient,
+    apis: Apis,
     resource: Resource,
     api_version: str,
     *,
@@ -114,7 +127,7 @@ def open_collection(
     """Send one list or watch request and return the unread urllib3 response.
 
     Args:
-        api_client: the configured client (auth, TLS, host).
+        apis: the generated API objects of the configured client (auth, TLS, host).
         resource: which collection.
         api_version: one of `resource.api_versions`.
         timeout: (connect, read) seconds for the socket; the read timeout must exceed a watch's
@@ -131,10 +144,8 @@ def open_collection(
     params.update(_preload_content=False, _request_timeout=timeout)
     try:
         if "/" not in api_version:
-            lister = getattr(client.CoreV1Api(api_client), _CORE_LISTERS[resource.plural])
-            return lister(**params)
+            return getattr(apis.core, _CORE_LISTERS[resource.plural])(**params)
         group, version = api_version.split("/", 1)
-        custom = client.CustomObjectsApi(api_client)
-        return custom.list_cluster_custom_object(group, version, resource.plural, **params)
+        return apis.custom.list_cluster_custom_object(group, version, resource.plural, **params)
     except ApiException as e:
         raise ApiError.from_exception(e) from e

@@ -87,8 +87,9 @@ class WatchStore:
         self._lock = threading.Lock()  # guards every Reflector's KindCache
         self._changed = threading.Event()
         self._stop = threading.Event()
+        apis = resources.Apis.build(self._client)
         self._reflectors = [
-            Reflector(spec, api_client=self._client, tuning=self._tuning, lock=self._lock, on_change=self._changed.set)
+            Reflector(spec, apis=apis, tuning=self._tuning, lock=self._lock, on_change=self._changed.set)
             for spec in specs
         ]
         self._threads: list[threading.Thread] = []

@@ -180,7 +180,7 @@ class FakeApiServer:
             self.uninstall_cilium()
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.fake = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fakeapi", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fakeapi", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -491,6 +491,7 @@ def _shutdown(sock: socket.socket) -> None:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the default backlog of 5 drops SYNs when every watch connects at once
     allow_reuse_address = True
     fake: FakeApiServer
 
