@@ -9,7 +9,7 @@ import pytest
 from app import jobs
 from app.models import labels as L
 from app.models.cluster import ContainerPort
-from app.models.job import Flow, JobGroup
+from app.models.job import Flow, JobGroup, Replica, UserPlacement
 from app.models.network import ALL_PORTS, PortRange
 from tests.unit.jobs.builders import GPU_RESOURCES, container, kubeflow_job, replica, template
 
@@ -478,3 +478,69 @@ def test_template_key_with_slash_and_tilde_is_escaped() -> None:
 )
 def test_launcher_service_account(raw: dict[str, Any], want: str) -> None:
     assert parse(raw).replica("Launcher").service_account == want
+
+
+def test_whole_group_of_a_gpu_pytorchjob() -> None:
+    toleration = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    raw = kubeflow_job(
+        "PyTorchJob",
+        {
+            "Master": replica(template(container("pytorch"), labels={"app": "llm"})),
+            "Worker": replica(
+                template(container("pytorch", gpus=8), labels={"app": "llm"}, tolerations=[toleration]), 2
+            ),
+        },
+    )
+    common = {L.KF_OPERATOR_NAME: "pytorchjob-controller", L.KF_JOB_NAME: "train"}
+    no_placement = UserPlacement(node_selector={}, node_selector_terms=(), tolerations=())
+    default_port = (ContainerPort(23456, "TCP", "pytorchjob-port"),)
+    want = JobGroup(
+        api_version="kubeflow.org/v1",
+        kind="PyTorchJob",
+        name="train",
+        namespace="ml",
+        replicas=(
+            Replica(
+                key="Master",
+                role="master",
+                count=1,
+                template_path="/spec/pytorchReplicaSpecs/Master/template",
+                template=raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"],
+                pod_labels={"app": "llm", **common, L.KF_REPLICA_TYPE: "master", L.KF_JOB_ROLE: "master"},
+                index_label=L.KF_REPLICA_INDEX,
+                gpus={},
+                ports=default_port,
+                service_account="default",
+                host_network=False,
+                placement=no_placement,
+                is_coordinator=True,
+                leader_labels={L.KF_JOB_ROLE: "master"},
+            ),
+            Replica(
+                key="Worker",
+                role="worker",
+                count=2,
+                template_path="/spec/pytorchReplicaSpecs/Worker/template",
+                template=raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"],
+                pod_labels={"app": "llm", **common, L.KF_REPLICA_TYPE: "worker"},
+                index_label=L.KF_REPLICA_INDEX,
+                gpus={"nvidia.com/gpu": 8},
+                ports=default_port,
+                service_account="default",
+                host_network=False,
+                placement=UserPlacement(node_selector={}, node_selector_terms=(), tolerations=(toleration,)),
+                is_coordinator=False,
+                leader_labels={},
+            ),
+        ),
+        coordinator="Master",
+        flows=(
+            rendezvous("Worker", "Master", 23456, "pytorchjob-port"),
+            Flow("Master", "Worker", ALL_PORTS, "TCP", "collective"),
+            Flow("Worker", "Master", ALL_PORTS, "TCP", "collective"),
+            Flow("Worker", "Worker", ALL_PORTS, "TCP", "collective"),
+        ),
+        group_selector=common,
+        annotations={},
+    )
+    assert parse(raw) == want
