@@ -345,8 +345,11 @@ def test_group_label_value_without_a_name_is_derived_from_generate_name_and_stab
                      id="null replaced by an object is a replace"),
         pytest.param({"a": [1]}, {"a": [1, 2, 3]}, [add("/a/-", 2), add("/a/-", 3)],
                      id="appended items are adds at the end in order"),
-        pytest.param({"a": 1}, {"a": True}, [{"op": "replace", "path": "/a", "value": True}],
-                     id="1 and true differ in JSON even though Python compares them equal"),
+        pytest.param({"a": {"b": [1, {"c": "x"}]}}, {"a": {"b": [1, {"c": "y"}]}},
+                     [{"op": "replace", "path": "/a/b/1/c", "value": "y"}],
+                     id="a changed scalar deep inside is one replace at its own path"),
+        pytest.param({"a~b": {"c/d": 1}}, {"a~b": {"c/d": 2}}, [{"op": "replace", "path": "/a~0b/c~1d", "value": 2}],
+                     id="keys with tilde and slash are escaped in the path"),
     ],
 )
 def test_diff_documents(old: Any, new: Any, want: list[dict[str, Any]]) -> None:
