@@ -67,15 +67,19 @@ def build_launcher(launcher: str, workers: Iterable[Member], port: int, *, port_
     ]
 
 
-def build_collective(members: Sequence[Member], coordinator: str) -> list[Flow]:
+def build_collective(members: Sequence[Member], coordinator: str, *, cpu_collectives: bool = True) -> list[Flow]:
     """All TCP ports between the replicas that take part in collectives, both ways.
 
-    The participants are the replicas that ask for GPUs plus the coordinator; when no replica
-    asks for GPUs (a CPU Gloo job) every replica takes part.
+    The participants are the replicas that ask for GPUs plus the coordinator. When no replica
+    asks for GPUs, every replica takes part if the framework's CPU collectives open their own
+    sockets (Gloo, MPI's TCP transport, Rabit), and none does if they run over the framework's
+    own port (`cpu_collectives=False`: TensorFlow's ring all-reduce goes through its gRPC server).
     """
     active = _active(members)
     if any(m.gpus > 0 for m in active):
         active = [m for m in active if m.gpus > 0 or m.key == coordinator]
+    elif not cpu_collectives:
+        return []
     return [Flow(src.key, dst.key, ALL_PORTS, "TCP", "collective") for src, dst in _pairs(active)]
 
 

@@ -406,5 +406,5 @@ def _build_flows(
     # "mpi-exec" (training-operator MPIJob v1): the launcher starts `orted` on workers through the
     # apiserver (`kubectl exec`); the orted daemons then dial mpirun back on an ephemeral port
     # (`orte_hnp_uri tcp://<launcher-ip>:<port>`), which the collective flows below cover.
-    out += flows.build_collective(members, coordinator)
+    out += flows.build_collective(members, coordinator, cpu_collectives=framework.shape != "all-to-all")
     return out

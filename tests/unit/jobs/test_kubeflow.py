@@ -389,6 +389,11 @@ def test_default_port_is_added_to_the_framework_container_ports() -> None:
             set(),
             id="one pod: nothing to connect",
         ),
+        pytest.param(
+            kubeflow_job("TFJob", {"PS": replica(template(container("tensorflow"))), "Worker": replica(None, 2)}),
+            set(),
+            id="cpu-only tf: collectives run over the grpc port, no extra flows",
+        ),
     ],
 )
 def test_collective_flows_cover_all_ports_between_participants(raw: dict[str, Any], want: set[tuple[str, str]]) -> None:
