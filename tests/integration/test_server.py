@@ -270,3 +270,46 @@ def test_plain_http_is_not_served(lab_server: RunningServer) -> None:
         raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         data = raw.recv(4096)
     assert not data.startswith(b"HTTP/1.1 200")
+
+
+def test_map_lists_zones_with_gpu_capacity(client: httpx.Client) -> None:
+    got = client.get("/map")
+    assert got.status_code == 200
+    assert got.json()["zones"] == [
+        {"zone": "zone-a", "nodes": 2, "gpuNodes": 2, "gpusFree": 8},
+        {"zone": "zone-b", "nodes": 2, "gpuNodes": 0, "gpusFree": 0},
+    ]
+
+
+def test_map_for_a_namespace_lists_its_policies_and_open_zones(client: httpx.Client) -> None:
+    got = client.get("/map", params={"namespace": "ml-demo"}).json()["namespace"]
+    assert [p["policy"] for p in got["policies"]] == [
+        "ml-demo/allow-intra-zone-a", "ml-demo/allow-intra-zone-b", "ml-demo/deny-cross-zone-gpu-traffic",
+    ]
+    verdicts = {flow["zone"]: flow["verdict"] for flow in got["flows"]}
+    # zoneIdentityLabel=zone: a pod labelled zone=zone-a may talk to its peers under allow-intra-zone-a.
+    assert verdicts == {"zone-a": "allow", "zone-b": "allow"}
+    assert got["enforcement"] == "deny"
+
+
+def test_map_for_a_job_gives_the_per_zone_table(client: httpx.Client) -> None:
+    got = client.post("/map", json=pytorchjob())
+    assert got.status_code == 200
+    job = got.json()["job"]
+    assert (job["job"], job["allowed"], job["zone"]) == ("PyTorchJob ml-demo/resnet", True, "zone-a")
+    zone_a = next(z for z in job["zones"] if z["zone"] == "zone-a")
+    assert (zone_a["gpusNeeded"], zone_a["gpusFree"], zone_a["eligible"]) == (2, 8, True)
+    assert zone_a["flows"] and all(f["verdict"] == "allow" for f in zone_a["flows"])
+
+
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        pytest.param(b"{", 400, id="map of invalid JSON is a 400"),
+        pytest.param(b"[]", 400, id="map of a non-object is a 400"),
+        pytest.param(orjson.dumps({"apiVersion": "v1", "kind": "Pod"}), 400, id="map of a non-job is a 400"),
+    ],
+)
+def test_map_refuses_bad_jobs(client: httpx.Client, body: bytes, status: int) -> None:
+    got = post_raw(client, "/map", body)
+    assert got.status_code == status and got.json()["error"]
