@@ -132,61 +132,72 @@ def _answer(
     cache_problem: str | None,
     kind: str,
 ) -> Outcome:
-    uid = request.uid
-    obj = request.obj
-    if request.operation in ("DELETE", "CONNECT") or obj is None:
+    uid, obj = request.uid, request.obj
+    if obj is None or not _ours_to_place(request, obj, snapshot):
         return Outcome(responses.allowed(uid), "skipped", kind, None)
-    metadata = _mapping(obj.get("metadata"))
-    if metadata.get("deletionTimestamp"):
-        return Outcome(responses.allowed(uid), "skipped", kind, None)
-    namespace = request.namespace or str(metadata.get("namespace") or "")
-    if not _opted_in(snapshot, namespace):
-        return Outcome(responses.allowed(uid), "skipped", kind, None)
+    namespace = request.namespace or str(_mapping(obj.get("metadata")).get("namespace") or "")
     subject = _subject(obj, kind, namespace, request.name)
-
     try:
         group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace)
     except jobs.UnsupportedKindError as e:
         return Outcome(responses.refused(uid, code=400, message=_unsupported_message(e)), "denied", kind, None)
     except jobs.InvalidJobError as e:
         return Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, None)
-
     if request.operation == "UPDATE" and _placement_unchanged(request.old_object, group, settings, namespace):
         return Outcome(responses.allowed(uid), "unchanged", kind, None)
 
-    enforcement = _enforcement(snapshot, namespace, settings)
+    warn = _enforcement(snapshot, namespace, settings) == "warn"
     if cache_problem is not None:
         message = f"topoguard: cannot check {subject}: {cache_problem}"
-        if enforcement == "warn":
-            return Outcome(responses.allowed(uid, warnings=[message + "; admitted unchecked (enforcement=warn)"]),
-                           "warned", kind, None)
+        if warn:
+            review = responses.allowed(uid, warnings=[message + "; admitted unchecked (enforcement=warn)"])
+            return Outcome(review, "warned", kind, None)
         return Outcome(responses.refused(uid, code=503, message=message + "; retry shortly"), "denied", kind, None)
 
     decide = engine.decide if operation == "mutate" else engine.validate
     decision = decide(group, snapshot, settings)
-    audit = {"zone": decision.zone} if decision.zone else {}
     if not decision.allowed:
-        reasons = list(decision.reasons) or ["no zone qualifies"]
-        if enforcement == "warn":
-            summary = f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn)"
-            review = responses.allowed(uid, warnings=[summary, *reasons, *decision.warnings],
-                                       audit={**audit, "outcome": "warned"})
-            return Outcome(review, "warned", kind, decision)
-        message = f"topoguard: {subject} cannot run in one open zone: " + "; ".join(reasons)
-        review = responses.refused(uid, code=403, message=message, warnings=decision.warnings,
-                                   audit={**audit, "outcome": "denied"})
-        return Outcome(review, "denied", kind, decision)
-
+        return _refusal(uid, subject, kind, decision, warn=warn)
     ops: list[dict[str, Any]] = []
     if operation == "mutate":
         try:
             ops = patches.build_patch(obj, group, decision, settings)
-        except (patches.PatchError, jobs.InvalidJobError) as e:
-            problems = [str(err) for err in e.errors] if isinstance(e, jobs.InvalidJobError) else [str(e)]
-            return Outcome(_invalid(uid, subject, problems), "denied", kind, decision)
+        except jobs.InvalidJobError as e:
+            return Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, decision)
+        except patches.PatchError as e:
+            return Outcome(_invalid(uid, subject, [str(e)]), "denied", kind, decision)
     name: OutcomeName = "patched" if ops else "unchanged"
-    review = responses.allowed(uid, patch=ops, warnings=decision.warnings, audit={**audit, "outcome": name})
+    review = responses.allowed(uid, patch=ops, warnings=decision.warnings, audit=_audit(decision, name))
     return Outcome(review, name, kind, decision)
+
+
+def _ours_to_place(request: AdmissionRequest, obj: Mapping[str, Any], snapshot: Snapshot) -> bool:
+    """False for DELETE/CONNECT, an object being deleted, or a namespace that has not opted in."""
+    if request.operation in ("DELETE", "CONNECT"):
+        return False
+    metadata = _mapping(obj.get("metadata"))
+    if metadata.get("deletionTimestamp"):
+        return False
+    return _opted_in(snapshot, request.namespace or str(metadata.get("namespace") or ""))
+
+
+def _refusal(uid: str, subject: str, kind: str, decision: Decision, *, warn: bool) -> Outcome:
+    """No zone qualifies: refuse with 403 and the per-zone reasons, or admit unchanged with warnings."""
+    reasons = list(decision.reasons) or ["no zone qualifies"]
+    if warn:
+        summary = f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn)"
+        review = responses.allowed(uid, warnings=[summary, *reasons, *decision.warnings],
+                                   audit=_audit(decision, "warned"))
+        return Outcome(review, "warned", kind, decision)
+    message = f"topoguard: {subject} cannot run in one open zone: " + "; ".join(reasons)
+    review = responses.refused(uid, code=403, message=message, warnings=decision.warnings,
+                               audit=_audit(decision, "denied"))
+    return Outcome(review, "denied", kind, decision)
+
+
+def _audit(decision: Decision, outcome: OutcomeName) -> dict[str, str]:
+    """auditAnnotations (the apiserver prefixes each key with the webhook's name)."""
+    return {**({"zone": decision.zone} if decision.zone else {}), "outcome": outcome}
 
 
 def _opted_in(snapshot: Snapshot, namespace: str) -> bool:
