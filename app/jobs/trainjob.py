@@ -165,7 +165,7 @@ def _read_patches(spec: Mapping[str, Any], errors: list[FieldError]) -> tuple[in
             errors.append(FieldError(path, f"must be an object, got {type_name(item)}"))
             continue
         manager = read_str(item.get("manager"), join_path(path, "manager"), errors)
-        if manager == MANAGER_NAME:
+        if manager == MANAGER_NAME and ours_at < 0:  # list-map keys are unique; the first one counts
             ours_at = i
         node: Any = item
         node_path = path
@@ -174,7 +174,7 @@ def _read_patches(spec: Mapping[str, Any], errors: list[FieldError]) -> tuple[in
             node = read_mapping(node.get(part), node_path, errors)
         rjobs_path = join_path(node_path, "replicatedJobs")
         for j, rjob in enumerate(read_list(node.get("replicatedJobs"), rjobs_path, errors)):
-            _apply_rjob_patch(rjob, join_path(rjobs_path, j), j, pods, errors, ours=manager == MANAGER_NAME)
+            _apply_rjob_patch(rjob, join_path(rjobs_path, j), j, pods, errors, ours=i == ours_at)
     return ours_at, pods
 
 
@@ -205,7 +205,7 @@ def _apply_rjob_patch(
         pod.tolerations = placement.tolerations
     account = read_str(pod_spec.get("serviceAccountName"), join_path(pod_path, "spec", "serviceAccountName"), errors)
     pod.service_account = account or pod.service_account
-    if ours:
+    if ours and pod.ours_index < 0:
         pod.ours = template
         pod.ours_index = index
 
