@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from types import MappingProxyType
 
+import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
@@ -55,7 +56,7 @@ def build_api_client(kubeconfig: str | None, *, pool_size: int) -> client.ApiCli
                 config.load_kube_config(  # type: ignore[no-untyped-call]
                     client_configuration=configuration, persist_config=False
                 )
-    except (ConfigException, OSError, ValueError, TypeError) as e:
+    except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as e:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config or the default kubeconfig"
         raise ClientConfigError(f"cannot configure the Kubernetes client from {where}: {e}") from e
     # One long-lived connection per watch, plus room for relists.
