@@ -21,21 +21,23 @@ from app.jobs.groups import JobMeta, make_replica, read_job_meta
 from app.jobs.pointers import build_pointer
 from app.jobs.templates import PodFacts, read_int, read_list, read_mapping, read_pod_template, read_str, type_name
 from app.models.job import JobGroup, Replica
+from app.models.labels import (
+    BATCH_JOB_NAME_LABEL,
+    COMPLETION_INDEX_LABEL,
+    COORDINATOR_LABEL,
+    GROUP_NAME_LABEL,
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    LEGACY_JOB_NAME_LABEL,
+    REPLICATED_JOB_NAME_LABEL,
+    REPLICATED_JOB_REPLICAS_LABEL,
+)
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
 
 # Labels JobSet and the batch Job controller put on every pod (research §4). Kept here until
 # they move to app/models/labels.py (owned by another engineer).
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_NAME_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-REPLICATED_JOB_REPLICAS_LABEL = "jobset.sigs.k8s.io/replicatedjob-replicas"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-GROUP_NAME_LABEL = "jobset.sigs.k8s.io/group-name"
-COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
-BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-LEGACY_JOB_NAME_LABEL = "job-name"
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 DEFAULT_GROUP_NAME = "default"  # CRD default of replicatedJobs[].groupName
 
 

@@ -24,14 +24,13 @@ from app.jobs.templates import EMPTY_FACTS, PodFacts, read_int, read_mapping, re
 from app.models import labels as L
 from app.models.cluster import ContainerPort
 from app.models.job import Flow, JobGroup, Replica
+from app.models.labels import BATCH_JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL
 
 Shape = Literal["rendezvous", "all-to-all", "mpi-exec", "mpi-ssh"]
 
 # mpi-operator v2beta1 labels its pods with this operator name (research §2.4).
 MPI_OPERATOR_NAME = "mpi-operator"
 # batch/v1 Job controller labels on the mpi-operator launcher's pod.
-BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-LEGACY_JOB_NAME_LABEL = "job-name"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from app.jobs.templates import (
 )
 from app.models.cluster import ContainerPort
 from app.models.job import Flow, JobGroup, Replica, UserPlacement
-from app.models.labels import MANAGER_NAME
+from app.models.labels import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, MANAGER_NAME, REPLICATED_JOB_NAME_LABEL
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
@@ -58,9 +58,6 @@ TRAINER_RENDEZVOUS_PORT = 29500
 MAX_RUNTIME_PATCHES = 16  # CRD maxItems of spec.runtimePatches
 
 # JobSet labels on the pods the Trainer's JobSet creates (research §4).
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_NAME_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 _RJOBS_PATH = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
 

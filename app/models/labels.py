@@ -32,3 +32,14 @@ KF_JOB_ROLE = "training.kubeflow.org/job-role"
 
 # Taint keys the node lifecycle controller owns: never tolerated on the user's behalf.
 SYSTEM_TAINT_PREFIX = "node.kubernetes.io/"
+
+# JobSet and batch/v1 Job pod labels (research/kubeflow-formats.md sections 3-4).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_NAME_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICATED_JOB_REPLICAS_LABEL = "jobset.sigs.k8s.io/replicatedjob-replicas"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+GROUP_NAME_LABEL = "jobset.sigs.k8s.io/group-name"
+COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
+BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME_LABEL = "job-name"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
