@@ -75,6 +75,7 @@ echo "envtest: kube-apiserver built after $((SECONDS - start))s" >&2
 "$work/kube-apiserver" --version >&2
 "$work/etcd" --version | head -1 >&2
 # Publish atomically: readers either see no directory or a complete one.
+chmod 755 "$work"
 rm -rf "$dest"
 mv "$work" "$dest"
 trap - EXIT
