@@ -32,6 +32,7 @@ metadata:
     pod-security.kubernetes.io/enforce: restricted
     pod-security.kubernetes.io/enforce-version: latest
 HEADER
+  # shellcheck disable=SC2016  # the ${...} is a literal placeholder that install.sh substitutes
   "$HELM" template topoguard charts/topoguard --namespace "$NAMESPACE" \
     --set tls.mode=secret \
     --set tls.secret.name=topoguard-tls \

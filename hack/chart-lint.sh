@@ -48,5 +48,11 @@ echo "== kubernetes-validate --strict"
 echo "== deploy/topoguard.yaml"
 deploy/render.sh --check
 
+if command -v shellcheck >/dev/null; then
+  echo "== shellcheck"
+  shellcheck -x hack/chart-lint.sh hack/helm.sh hack/kind-*.sh hack/e2e-kind.sh hack/kind/lib.sh deploy/*.sh
+  echo "  clean"
+fi
+
 echo "== pytest tests/chart"
 .venv/bin/pytest -q -p no:cacheprovider tests/chart
