@@ -1,0 +1,140 @@
+"""The per-snapshot policy index: every policy compiled once, rules bucketed for fast subject lookup.
+
+Owns: `PolicyIndex` (built once per snapshot through `Snapshot.memo("policy-index", ...)`),
+`rules_for` (the rules whose subject selects an endpoint), `policy_problems` and
+`label_keys_mentioned`.
+Must not: decide verdicts.
+
+Lookup cost: rules are bucketed by namespace (CNP/KNP) or cluster-wide (CCNP), and inside a
+bucket by one positive requirement of their subject selector — a `(key, value)` pair for
+`key=value` / `In`, a key for `Exists` — so one lookup touches the rules that could select the
+endpoint's labels, not every policy. Selectors without a positive requirement are scanned.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.models.cluster import PolicyObject, Snapshot
+from app.policy.cilium import CCNP, CNP, compile_cilium
+from app.policy.knp import KIND as KNP
+from app.policy.knp import compile_knp
+from app.policy.rules import CompiledPolicy, Rule
+from app.policy.selectors import POD_SOURCES
+
+MEMO_KEY = "policy-index"
+CLUSTER_WIDE = ""  # bucket key of CCNP rules
+
+
+@dataclass
+class _Bucket:
+    by_value: dict[tuple[str, str], list[Rule]] = field(default_factory=lambda: defaultdict(list))
+    by_key: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
+    scan: list[Rule] = field(default_factory=list)
+
+    def add(self, rule: Rule) -> None:
+        requirements = rule.subject.requirements if rule.subject is not None else ()
+        positive = [r for r in requirements if r.source in POD_SOURCES and r.operator == "In"]
+        # Prefer a user-written label over the namespace term every CNP/KNP subject carries.
+        positive.sort(key=lambda r: (r.key.startswith("io."), len(r.values)))
+        if positive:
+            for value in positive[0].values:
+                self.by_value[(positive[0].key, value)].append(rule)
+            return
+        exists = [r for r in requirements if r.source in POD_SOURCES and r.operator == "Exists"]
+        if exists:
+            self.by_key[exists[0].key].append(rule)
+        else:
+            self.scan.append(rule)
+
+    def candidates(self, identity: Mapping[str, str]) -> Iterator[Rule]:
+        yield from self.scan
+        for key, value in identity.items():
+            yield from self.by_value.get((key, value), ())
+            yield from self.by_key.get(key, ())
+
+
+@dataclass(frozen=True)
+class PolicyIndex:
+    policies: tuple[CompiledPolicy, ...]
+    buckets: Mapping[str, _Bucket]
+    label_keys: frozenset[str]
+
+    def rules_for(self, identity: Mapping[str, str], namespace: str) -> list[Rule]:
+        """Every rule (certain or not) whose subject selects a pod with `identity` in `namespace`."""
+        out: list[Rule] = []
+        seen: set[int] = set()
+        for bucket_key in (namespace, CLUSTER_WIDE):
+            bucket = self.buckets.get(bucket_key)
+            if bucket is None:
+                continue
+            for rule in bucket.candidates(identity):
+                if id(rule) not in seen and rule.selects(identity, namespace):
+                    seen.add(id(rule))
+                    out.append(rule)
+        return out
+
+    def problems(self) -> list[tuple[str, str]]:
+        return sorted((p.ref, problem) for p in self.policies for problem in p.problems)
+
+
+def compile_policy(policy: PolicyObject) -> CompiledPolicy:
+    """Compile one policy object of any supported kind; never raises."""
+    if policy.kind in (CNP, CCNP):
+        return compile_cilium(policy)
+    if policy.kind == KNP:
+        return compile_knp(policy)
+    return CompiledPolicy(policy.ref, policy.kind, (), (f"unsupported: kind {policy.kind} is not evaluated",))
+
+
+def _selector_keys(node: Any, out: set[str]) -> None:
+    """Every key under any `matchLabels` / `matchExpressions` in a raw body, however malformed."""
+    if isinstance(node, Mapping):
+        labels = node.get("matchLabels")
+        if isinstance(labels, Mapping):
+            out.update(str(k) for k in labels)
+        expressions = node.get("matchExpressions")
+        if isinstance(expressions, list):
+            out.update(str(e["key"]) for e in expressions if isinstance(e, Mapping) and "key" in e)
+        for value in node.values():
+            _selector_keys(value, out)
+    elif isinstance(node, list):
+        for item in node:
+            _selector_keys(item, out)
+
+
+def _strip_source(key: str) -> str:
+    for prefix in ("k8s:", "any:"):
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
+
+
+def build_index(snapshot: Snapshot) -> PolicyIndex:
+    """The snapshot's compiled policies and subject index, built once per snapshot."""
+    return snapshot.memo(MEMO_KEY, _build)
+
+
+def _build(snapshot: Snapshot) -> PolicyIndex:
+    compiled = tuple(compile_policy(p) for p in snapshot.policies)
+    buckets: dict[str, _Bucket] = defaultdict(_Bucket)
+    for policy in compiled:
+        for rule in policy.rules:
+            buckets[rule.namespace if rule.namespace is not None else CLUSTER_WIDE].add(rule)
+    keys: set[str] = set()
+    for obj in snapshot.policies:
+        _selector_keys(obj.body, keys)
+    return PolicyIndex(compiled, dict(buckets), frozenset(_strip_source(k) for k in keys))
+
+
+def label_keys_mentioned(snapshot: Snapshot) -> frozenset[str]:
+    """Every label key any selector of any policy (subject or peer) names, `k8s:`/`any:` stripped."""
+    return build_index(snapshot).label_keys
+
+
+def policy_problems(snapshot: Snapshot) -> list[tuple[str, str]]:
+    """(policy ref, problem) for invalid, unsupported and questionable policies, sorted."""
+    return build_index(snapshot).problems()

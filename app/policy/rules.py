@@ -1,0 +1,135 @@
+"""Compiled policy rules: what every CNP/CCNP/KNP becomes before any flow is judged.
+
+Owns: the frozen types the compilers (`cilium`, `knp`) produce and the verdict reads — `Rule`
+(one subject selector with its entries), `Entry` (one allow or deny entry: peers by ports),
+`Peers`, `CompiledPolicy` — and how an entry's peers match a pod.
+Must not: parse raw objects (see cilium.py / knp.py) or decide verdicts (see verdicts.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from app.policy.ports import PortSpec
+from app.policy.selectors import Match, PeerSelector, Selector
+
+Direction = Literal["ingress", "egress"]
+DIRECTIONS: tuple[Direction, Direction] = ("ingress", "egress")
+
+# Entities and whether they match a regular (non-hostNetwork) pod (cilium-semantics.md §4.5;
+# pkg/policy/api/entity.go). `cluster` holds every pod of the local cluster; `cluster-mesh`
+# membership is unverified, so it is `maybe`.
+ENTITY_MATCHES_POD: Mapping[str, Match] = {
+    "all": "yes",
+    "cluster": "yes",
+    "cluster-mesh": "maybe",
+    "world": "no",
+    "world-ipv4": "no",
+    "world-ipv6": "no",
+    "host": "no",
+    "remote-node": "no",
+    "kube-apiserver": "no",
+    "ingress": "no",
+    "health": "no",
+    "init": "no",
+    "unmanaged": "no",
+    "none": "no",
+}
+
+
+@dataclass(frozen=True)
+class Peers:
+    """Whom an entry applies to. Exactly one L3 field is set per entry (Cilium validation)."""
+
+    wildcard: bool = False  # every identity (no L3 field + L4 part; KNP missing `from`/`to`)
+    selectors: tuple[PeerSelector, ...] = ()
+    entities: tuple[str, ...] = ()
+    never: str = ""  # a field that never selects a pod (CIDR, nodes, FQDN), for messages
+    maybe: str = ""  # a field whose pod match cannot be evaluated (toServices)
+
+    def match(self, identity: Mapping[str, str], namespace: str) -> tuple[Match, str]:
+        """Whether a pod with `identity` in `namespace` is a peer, and which part decided it."""
+        if self.wildcard:
+            return "yes", "any peer (no L3 selector)"
+        found: tuple[Match, str] = ("no", self.never or "no peer selector matches")
+        for selector in self.selectors:
+            got = selector.match(identity, namespace)
+            if got == "yes":
+                return "yes", f"peer selector {selector}"
+            if got == "maybe":
+                found = ("maybe", f"peer selector {selector} names namespace labels: older Cilium releases also "
+                         "scope it to the policy's namespace, newer ones do not")
+        for entity in self.entities:
+            got = ENTITY_MATCHES_POD.get(entity, "no")
+            if got == "yes":
+                return "yes", f"entity {entity}"
+            if got == "maybe":
+                found = ("maybe", f"entity {entity}: membership is not defined precisely enough to evaluate")
+        if self.maybe:
+            found = ("maybe", self.maybe)
+        return found
+
+    def __str__(self) -> str:
+        if self.wildcard:
+            return "any peer"
+        parts = [str(s) for s in self.selectors] + [f"entity {e}" for e in self.entities]
+        if self.never:
+            parts.append(self.never)
+        if self.maybe:
+            parts.append(self.maybe)
+        return " or ".join(parts) if parts else "nothing"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One allow or deny entry: it decides a flow iff the peer matches and the port is covered."""
+
+    path: str  # e.g. "specs[1].egress[0]", "ingressDeny[0]", "ingress[2]" (KNP)
+    deny: bool
+    peers: Peers
+    ports: tuple[PortSpec, ...] | None  # None: every port of every protocol; (): none (ICMP only)
+    conditions: tuple[str, ...] = ()  # L7 / authentication / listener: the allow is conditional
+
+    def describe_ports(self) -> str:
+        if self.ports is None:
+            return "all ports"
+        return ", ".join(str(p) for p in self.ports) if self.ports else "ICMP only"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One subject selector with its entries: an entry of `spec`/`specs[]`, or a whole KNP.
+
+    `uncertain` is non-empty when the rule's effect cannot be known (its policy is invalid, uses
+    a version-dependent or unsupported feature); such a rule only makes the sides it may
+    affect (`directions`) `unknown`.
+    """
+
+    policy: str  # "ns/name" or "name"
+    kind: str
+    path: str  # "spec", "specs[1]"
+    subject: Selector | None  # None: unknown (unparsable) — may select any pod in scope
+    namespace: str | None  # pods must be in this namespace to be selected (CNP, KNP); None: any
+    ingress: tuple[Entry, ...] = ()
+    egress: tuple[Entry, ...] = ()
+    enforces: frozenset[Direction] = frozenset()  # directions it switches into default-deny
+    directions: frozenset[Direction] = frozenset()  # directions it has entries (or enforcement) in
+    uncertain: str = ""
+
+    def entries(self, direction: Direction) -> tuple[Entry, ...]:
+        return self.ingress if direction == "ingress" else self.egress
+
+    def selects(self, identity: Mapping[str, str], namespace: str) -> bool:
+        if self.namespace is not None and self.namespace != namespace:
+            return False
+        return self.subject is None or self.subject.matches(identity)
+
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    ref: str
+    kind: str
+    rules: tuple[Rule, ...]
+    problems: tuple[str, ...] = ()  # "invalid: ...", "unsupported: ...", "warning: ..."
