@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import socket
 import sys
 from types import FrameType
 
@@ -56,10 +55,11 @@ def build_store(args: argparse.Namespace, settings: Settings) -> Store:
     return store
 
 
-def build_server(
-    args: argparse.Namespace, settings: Settings, *, sockets: list[socket.socket] | None = None
-) -> WebhookServer:
-    """The configured server (raises ConfigError / SnapshotError / TLSConfigError on bad input)."""
+def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisions: bool = True) -> WebhookServer:
+    """The configured server (raises ConfigError / SnapshotError / TLSConfigError / CacheError on bad input).
+
+    `offload_decisions=False` decides on the event loop (no deadline); bench/bench_http.py compares both.
+    """
     if args.cluster and args.kubeconfig:
         raise ConfigError("--cluster and --kubeconfig are mutually exclusive")
     if args.self_signed and (args.tls_cert or args.tls_key):
@@ -78,7 +78,8 @@ def build_server(
         context = self_signed_context(pair, client_ca=args.tls_client_ca)
         not_after = certificate_not_after(pair.cert_pem)
     store = build_store(args, settings)
-    app = create_app(settings, store, certificates=certificates, certificate_not_after=not_after)
+    app = create_app(settings, store, certificates=certificates, certificate_not_after=not_after,
+                     offload_decisions=offload_decisions)
     config = uvicorn.Config(
         app,
         host=args.host,
