@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -86,3 +87,17 @@ def test_review_reads_stdin_and_validates(tmp_path: Path) -> None:
     )
     response = json.loads(proc.stdout)["response"]
     assert (proc.returncode, response["uid"], "patch" in response) == (0, body["request"]["uid"], False)
+
+
+def test_the_lab_job_gets_the_labs_fix(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """Golden: coordinator pinned to zone-a with the GPU-pool toleration and identity label zone=zone-a."""
+    code, out, _ = run_review(capsysbinary, "--cluster", str(LAB), "--config", str(LAB_CONFIG), str(LAB_REVIEW))
+    response = json.loads(out)["response"]
+    got = json.loads(base64.b64decode(response.pop("patch")))
+    want = json.loads((DATA / "reviews" / "lab-pytorchjob-create.patch.json").read_text())
+    # The summary's wording belongs to the engine; the zone in it is the contract.
+    assert got[0]["value"].pop("topoguard.io/decision").startswith("zone=zone-a")
+    want[0]["value"].pop("topoguard.io/decision")
+    assert (code, got, response) == (0, want, {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True, "patchType": "JSONPatch",
+        "auditAnnotations": {"zone": "zone-a", "outcome": "patched"}})
