@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.chart import valuesdoc
 from tests.chart.rendering import CHART, HelmError, Render, run_helm
 
 
@@ -112,6 +113,11 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
     # A group of documented keys (e.g. `webhook:`) needs no comment of its own; everything else does.
     groups = {p.rsplit(".", 1)[0] for p in paths if "." in p}
     assert [p for p in paths if p not in documented and p not in groups] == []
+
+
+def test_readme_values_table_is_current() -> None:
+    current = valuesdoc.README.read_text()
+    assert valuesdoc.render_readme(current) == current, "run: .venv/bin/python -m tests.chart.valuesdoc"
 
 
 def test_every_schema_object_rejects_unknown_keys() -> None:
