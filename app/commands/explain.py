@@ -23,7 +23,7 @@ from app import engine, jobs
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, Settings, load_settings
 from app.engine import patches
-from app.engine.flows import describe_flow, describe_reason
+from app.engine.flows import describe_flow, describe_reason, describe_side
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
 
@@ -69,7 +69,7 @@ def _flow_json(check: FlowCheck) -> dict[str, Any]:
         "verdict": v.verdict,
         "egress": v.egress.verdict,
         "ingress": v.ingress.verdict,
-        "reasons": [describe_reason(r) for r in (*v.egress.reasons, *v.ingress.reasons, *v.reasons)],
+        "reasons": [describe_reason(r) for r in v.reasons or (*v.egress.reasons, *v.ingress.reasons)],
     }
 
 
@@ -116,8 +116,9 @@ def _yes(flag: bool) -> str:
 def _flow_lines(check: FlowCheck) -> list[str]:
     v = check.verdict
     lines = [f"    {v.verdict:<7} {describe_flow(check.flow)}  [{check.flow.purpose}]"]
-    for reason in (*v.egress.reasons, *v.ingress.reasons, *v.reasons):
-        lines.append(f"              {describe_reason(reason)}")
+    lines += [
+        f"              {describe_side(name, side)}" for name, side in (("egress", v.egress), ("ingress", v.ingress))
+    ]
     return lines
 
 

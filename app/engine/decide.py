@@ -79,7 +79,7 @@ def gpus_needed(group: JobGroup) -> int:
 
 
 def _capacity_problem(run: _Run, fit: zones.ZoneFit) -> str:
-    """ "" when the GPU pods fit the zone node by node, else the shortfall in words."""
+    """The GPU shortfall in words, or an empty string when the pods fit the zone node by node."""
     demands = [
         capacity.PodDemand(r.key, r.count, r.gpus, fit.replicas[r.key].pools)
         for r in run.group.replicas

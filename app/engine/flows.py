@@ -16,14 +16,14 @@ Cost control:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from app import policy
 from app.models.cluster import Snapshot
 from app.models.decision import FlowCheck
 from app.models.job import Flow, JobGroup, Replica
-from app.models.network import Endpoint, PolicyEnforcement, Reason, Verdict, VerdictKind
+from app.models.network import Endpoint, PolicyEnforcement, Reason, SideVerdict, Verdict, VerdictKind
 
 MAX_ENUMERATED_PODS = 32
 SEVERITY: Mapping[str, int] = {"allow": 0, "unknown": 1, "deny": 2}
@@ -122,7 +122,7 @@ def describe_flow(flow: Flow) -> str:
 
 
 def describe_reason(reason: Reason) -> str:
-    """One side's reason: which side, which policy and rule decided, and the evaluator's message."""
+    """One reason in full: side, effect, the policy and rule, and the evaluator's message (for -o json)."""
     who = " ".join(p for p in (reason.kind, reason.policy) if p)
     rule = f" {reason.rule}" if reason.rule else ""
     where = f" by {who}{rule}" if who else ""
@@ -130,13 +130,44 @@ def describe_reason(reason: Reason) -> str:
     return f"{text}: {reason.message}" if reason.message else text
 
 
+def _refs(reasons: Iterable[Reason], *, with_rule: bool) -> str:
+    """`CiliumNetworkPolicy ml/a egress[0], ml/b egress[1]; NetworkPolicy ml/c` (deduplicated, in order)."""
+    by_kind: dict[str, dict[str, None]] = {}
+    for r in reasons:
+        ref = f"{r.policy} {r.rule}" if with_rule and r.rule else r.policy
+        by_kind.setdefault(r.kind or "policy", {})[ref] = None
+    return "; ".join(f"{kind} {', '.join(refs)}" for kind, refs in by_kind.items())
+
+
+def describe_side(side: str, verdict: SideVerdict) -> str:
+    """One side of a flow in a few words, naming the policies that decide it."""
+    reasons = verdict.reasons
+    named = [r for r in reasons if r.policy]
+    if verdict.verdict == "allow":
+        allowing = [r for r in named if r.effect == "allow"]
+        if allowing:
+            return f"{side} allowed by {_refs(allowing, with_rule=True)}"
+        return f"{side} not enforced (no policy selects the pod for {side})"
+    if verdict.verdict == "deny":
+        denying = [r for r in named if r.effect == "deny"]
+        if denying:
+            return f"{side} denied by {_refs(denying, with_rule=True)}"
+        enforcing = [r for r in named if r.effect == "default-deny"]
+        if enforcing:
+            return f"{side} default-deny: no rule of {_refs(enforcing, with_rule=False)} allows it"
+        plain = [r.message for r in reasons if r.effect == "default-deny"]
+        return f"{side} default-deny: {'; '.join(plain) or 'no rule allows it'}"
+    unknown = [r for r in reasons if r.effect == "unknown"]
+    why = "; ".join(
+        dict.fromkeys(f"{_refs([r], with_rule=True)}: {r.message}" if r.policy else r.message for r in unknown)
+    )
+    return f"{side} cannot be evaluated: {why or 'unknown'}"
+
+
 def blocking_reasons(verdict: Verdict) -> tuple[str, ...]:
-    """The reasons that made a flow deny or unknown (never the allowing ones)."""
-    wanted = {"deny", "default-deny"} if verdict.verdict == "deny" else {"unknown"}
-    sides = [verdict.egress, verdict.ingress]
-    picked = [r for side in sides if side.verdict == verdict.verdict for r in side.reasons if r.effect in wanted]
-    picked += [r for r in verdict.reasons if r.effect in wanted and r not in picked]
-    return tuple(dict.fromkeys(describe_reason(r) for r in picked))
+    """The sides that made a flow deny or unknown (never the allowing side)."""
+    sides = (("egress", verdict.egress), ("ingress", verdict.ingress))
+    return tuple(describe_side(name, side) for name, side in sides if side.verdict == verdict.verdict)
 
 
 def describe_check(check: FlowCheck) -> str:

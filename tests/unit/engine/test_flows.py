@@ -79,7 +79,11 @@ def test_describe_flow(flow: Flow, want: str) -> None:
 
 
 DENY = Reason("ingress", "deny", "ingressDeny matches", "ml/quarantine", "CiliumNetworkPolicy", "ingressDeny[0]")
-ALLOW = Reason("egress", "allow", "no egress policy selects the pod")
+ENFORCING = Reason("egress", "default-deny", "no rule allows 23456/TCP", "ml/intra-a", "CiliumNetworkPolicy", "spec")
+ENFORCING_KNP = Reason("egress", "default-deny", "no rule allows 23456/TCP", "ml/deny-all", "NetworkPolicy", "spec")
+ALLOW = Reason("egress", "allow", "allowed by this entry", "ml/intra-a", "CiliumNetworkPolicy", "egress[0]")
+L7 = Reason("egress", "unknown", "L7 rule on 23456", "ml/l7", "CiliumNetworkPolicy", "egress[0]")
+NOT_ENFORCED = Reason("ingress", "not-enforced", "no policy enforces ingress")
 
 
 @pytest.mark.parametrize(
@@ -87,22 +91,39 @@ ALLOW = Reason("egress", "allow", "no egress policy selects the pod")
     [
         pytest.param(
             Verdict("deny", SideVerdict("allow", (ALLOW,)), SideVerdict("deny", (DENY,))),
-            ("ingress deny by CiliumNetworkPolicy ml/quarantine ingressDeny[0]: ingressDeny matches",),
-            id="a deny names the side, the policy and the rule, never the allowing side",
+            ("ingress denied by CiliumNetworkPolicy ml/quarantine ingressDeny[0]",),
+            id="a deny rule is named with its rule, the allowing side is left out",
         ),
         pytest.param(
-            Verdict(
-                "unknown",
-                SideVerdict(
-                    "unknown",
-                    (Reason("egress", "unknown", "L7 rule on 23456", "ml/l7", "CiliumNetworkPolicy", "egress[0]"),),
-                ),
-                SideVerdict("allow", ()),
-            ),
-            ("egress unknown by CiliumNetworkPolicy ml/l7 egress[0]: L7 rule on 23456",),
-            id="an unknown names what cannot be evaluated",
+            Verdict("deny", SideVerdict("deny", (ENFORCING, ENFORCING_KNP)), SideVerdict("allow", (NOT_ENFORCED,))),
+            ("egress default-deny: no rule of CiliumNetworkPolicy ml/intra-a; NetworkPolicy ml/deny-all allows it",),
+            id="a default-deny names every policy that enforces the side, grouped by kind",
+        ),
+        pytest.param(
+            Verdict("unknown", SideVerdict("unknown", (L7,)), SideVerdict("allow", (NOT_ENFORCED,))),
+            ("egress cannot be evaluated: CiliumNetworkPolicy ml/l7 egress[0]: L7 rule on 23456",),
+            id="an unknown says what cannot be evaluated and where",
         ),
     ],
 )
 def test_blocking_reasons(verdict: Verdict, want: tuple[str, ...]) -> None:
     assert flows.blocking_reasons(verdict) == want
+
+
+@pytest.mark.parametrize(
+    "side, want",
+    [
+        pytest.param(
+            SideVerdict("allow", (ALLOW,)),
+            "egress allowed by CiliumNetworkPolicy ml/intra-a egress[0]",
+            id="allowed names the allowing rule",
+        ),
+        pytest.param(
+            SideVerdict("allow", (NOT_ENFORCED,)),
+            "egress not enforced (no policy selects the pod for egress)",
+            id="no policy selects the pod",
+        ),
+    ],
+)
+def test_describe_side(side: SideVerdict, want: str) -> None:
+    assert flows.describe_side("egress", side) == want
