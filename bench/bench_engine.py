@@ -35,7 +35,7 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 
 def _node(i: int) -> dict[str, Any]:
     zone = ZONES[i % len(ZONES)]
-    gpu = i % 3 != 2
+    gpu = (i // len(ZONES)) % 3 != 2
     labels = {
         "kubernetes.io/hostname": f"node-{i}",
         "topology.kubernetes.io/zone": zone,
@@ -113,7 +113,13 @@ def build_cluster(nodes: int, policies: int) -> Snapshot:
         for name in (NS, "kube-system", *(f"team-{t}" for t in range(50)))
     ]
     objects += [_node(i) for i in range(nodes)]
-    objects += [_busy_pod(i) for i in range(nodes) if i % 3 == 0]
+    # zone-a is the busiest: every GPU node there runs a pod holding 4 GPUs, elsewhere every other one.
+    objects += [
+        _busy_pod(i)
+        for i in range(nodes)
+        if _node(i)["status"]["allocatable"].get("nvidia.com/gpu")
+        and (i % len(ZONES) == 0 or (i // len(ZONES)) % 2 == 0)
+    ]
     objects += [_policy(i) for i in range(policies)]
     return build_snapshot(objects, revision=f"bench-{nodes}-{policies}")
 
