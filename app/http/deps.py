@@ -7,7 +7,7 @@ run many apps in one process.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -31,8 +31,7 @@ class AppState:
     metrics: Metrics
     executor: ThreadPoolExecutor | None
     draining: bool = False  # SIGTERM seen: answer with `Connection: close`, report not ready
-    started: bool = False  # lifespan startup finished (indexes warmed for the first snapshot)
-    last_revision: str = field(default="")
+    last_full_gc: float = float("-inf")  # monotonic time of the last full collection (app.settle_heap)
 
     def cache_problem(self) -> tuple[SyncStatus, str | None]:
         """The store's status and, when decisions must not trust it, why (passed to admission.answer)."""

@@ -7,6 +7,7 @@ except the readiness test, which owns its server.
 
 from __future__ import annotations
 
+import gc
 import socket
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.cache.files import build_snapshot
 from app.cache.store import StaticStore, SyncStatus
 from app.config import Settings
-from app.http.app import create_app
+from app.http.app import create_app, settle_heap
 from app.models.cluster import Snapshot
 from app.tls import KeyPair
 from tests.integration.conftest import (
@@ -314,3 +315,19 @@ def test_map_for_a_job_gives_the_per_zone_table(client: httpx.Client) -> None:
 def test_map_refuses_bad_jobs(client: httpx.Client, body: bytes, status: int) -> None:
     got = post_raw(client, "/map", body)
     assert got.status_code == status and got.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "last_full, now, want_last_full",
+    [
+        pytest.param(float("-inf"), 1000.0, 1000.0, id="first snapshot gets a full collection"),
+        pytest.param(900.0, 1000.0, 900.0, id="a snapshot soon after only gets a young collection"),
+        pytest.param(100.0, 1000.0, 1000.0, id="a snapshot after the interval gets a full collection"),
+    ],
+)
+def test_settle_heap_freezes_the_live_heap(last_full: float, now: float, want_last_full: float) -> None:
+    try:
+        assert settle_heap(last_full, now=now) == want_last_full
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
