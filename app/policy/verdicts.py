@@ -181,9 +181,16 @@ def _judge(
         if gaps:
             return SideVerdict("deny", _default_deny_reasons(side, enforcing, gaps, protocol))
     unsure = _hits_in(span, coverage.deny_maybe)
-    if enforced:
-        open_gaps = portsets.subtract(span, [h.span for h in coverage.allow])
-        unsure += [(h, part) for gap in open_gaps for h, part in _hits_in(gap, coverage.allow_conditional)]
+    # Ports only a conditional entry allows. NB: L7 rules redirect matching traffic to the proxy
+    # even where the direction is not enforced (enableDefaultDeny: false does not relax them, §4.10),
+    # unless a plain allow covers the same port.
+    open_gaps = portsets.subtract(span, [h.span for h in coverage.allow])
+    unsure += [
+        (h, part)
+        for gap in open_gaps
+        for h, part in _hits_in(gap, coverage.allow_conditional)
+        if enforced or h.entry.conditions
+    ]
     if unsure:
         return SideVerdict("unknown", tuple(_hit_reason(side, h, part, protocol, "unknown") for h, part in unsure))
     if not enforced:
