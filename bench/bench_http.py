@@ -4,7 +4,7 @@
 
 Every server is a real process on 127.0.0.1 (TLS, keep-alive, HTTP/1.1), pinned to CPU 0 when
 `taskset` exists, with wrk (1 thread, 8 connections, a Lua script posting the review) on CPU 1.
-The review: a 16-replica PyTorchJob (1 CPU Master + 15 Workers x 8 GPUs) as the apiserver sends it
+The review: a 16-replica PyTorchJob (1 CPU Master + 15 Workers x 4 GPUs) as the apiserver sends it
 (~11 KB with managedFields and the last-applied annotation), into a generated cluster of 5,000 nodes
 in three zones with 1,000 policies (3 zone-identity CNPs in the job's namespace, the rest spread over
 team namespaces plus some cluster-wide ones) and a busy GPU pod on every third node.
@@ -122,7 +122,7 @@ def job() -> dict[str, Any]:
     def template(role: str, gpus: int) -> dict[str, Any]:
         container: dict[str, Any] = {
             "name": "pytorch", "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
-            "command": ["torchrun", "--nnodes=16", "--nproc-per-node=8", "train.py", "--config=/etc/llm/config.yaml"],
+            "command": ["torchrun", "--nnodes=16", "--nproc-per-node=4", "train.py", "--config=/etc/llm/config.yaml"],
             "env": [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}],
             "resources": {"requests": {"cpu": "16", "memory": "128Gi"}, "limits": {"cpu": "16", "memory": "128Gi"}},
             "volumeMounts": [{"name": "config", "mountPath": "/etc/llm"}, {"name": "shm", "mountPath": "/dev/shm"}],
@@ -140,7 +140,7 @@ def job() -> dict[str, Any]:
         "metadata": {"name": "llm", "namespace": NS, "labels": {"app": "llm", "team": "research"}},
         "spec": {"pytorchReplicaSpecs": {
             "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template("coordinator", 0)},
-            "Worker": {"replicas": 15, "restartPolicy": "OnFailure", "template": template("worker", 8)},
+            "Worker": {"replicas": 15, "restartPolicy": "OnFailure", "template": template("worker", 4)},
         }},
     }
     last_applied = json.dumps(body, separators=(",", ":"))
