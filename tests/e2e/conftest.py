@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from tests.e2e import kube, webhooks
 from tests.e2e.controlplane import ControlPlane

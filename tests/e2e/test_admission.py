@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from tests.e2e import kube, webhooks
 from tests.e2e.conftest import load_job
