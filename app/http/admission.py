@@ -7,7 +7,9 @@ is the same and `answer` has no side effects; `Outcome.dry_run` lets the caller 
 
 Order of the checks in `answer` (each one ends the pipeline):
 
-1. DELETE / CONNECT, or an object being deleted (`metadata.deletionTimestamp`): allowed untouched.
+1. DELETE / CONNECT, a subresource (`status`, `scale`: its object is not the job, and the pod
+   templates, hence placement, do not change through it), or an object being deleted
+   (`metadata.deletionTimestamp`): allowed untouched.
 2. A namespace the snapshot knows but which is not labelled `topoguard.io/enabled=true`: allowed
    untouched. The webhook's namespaceSelector is the real gate; this makes `topoguard review` and
    a mis-scoped webhook configuration agree with it instead of patching jobs nobody opted in. A
@@ -172,8 +174,8 @@ def _answer(
 
 
 def _ours_to_place(request: AdmissionRequest, obj: Mapping[str, Any], snapshot: Snapshot) -> bool:
-    """False for DELETE/CONNECT, an object being deleted, or a namespace that has not opted in."""
-    if request.operation in ("DELETE", "CONNECT"):
+    """False for DELETE/CONNECT, a subresource, an object being deleted, or a namespace not opted in."""
+    if request.operation in ("DELETE", "CONNECT") or request.sub_resource:
         return False
     metadata = _mapping(obj.get("metadata"))
     if metadata.get("deletionTimestamp"):

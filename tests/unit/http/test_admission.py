@@ -151,6 +151,8 @@ ALLOWED_UNTOUCHED = {"uid": UID, "allowed": True}
                      id="DELETE is allowed untouched"),
         pytest.param(_with(operation="CONNECT", object=None), cluster(), "skipped", ALLOWED_UNTOUCHED,
                      id="CONNECT is allowed untouched"),
+        pytest.param(_with(subResource="scale", object={"apiVersion": "autoscaling/v1", "kind": "Scale"}), cluster(),
+                     "skipped", ALLOWED_UNTOUCHED, id="a scale subresource request is allowed untouched"),
         pytest.param(_being_deleted(), cluster(), "skipped", ALLOWED_UNTOUCHED,
                      id="an object being deleted is allowed untouched"),
         pytest.param(review(job()), cluster(namespace_labels={"kubernetes.io/metadata.name": NS}), "skipped",
