@@ -17,7 +17,7 @@ the HTTP layer decides what to do with them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,8 +198,14 @@ def _warnings(run: _Run) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _zone_reasons(reports: Iterable[ZoneReport]) -> list[str]:
-    return [f"{r.zone}: {p}" for r in reports for p in r.problems]
+def _zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = lambda problem: True) -> list[str]:
+    """`zone-a, zone-c: <problem>`: a problem shared by several zones (policies that do not depend on the
+    zone) is said once, naming every zone it applies to."""
+    zones_of: dict[str, list[str]] = {}
+    for report in reports:
+        for problem in filter(keep, report.problems):
+            zones_of.setdefault(problem, []).append(report.zone)
+    return [f"{', '.join(where)}: {problem}" for problem, where in zones_of.items()]
 
 
 def _summary(zone: str | None, run: _Run, checks: Sequence[FlowCheck]) -> str:
@@ -306,7 +312,7 @@ def validate(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decisio
     if not common:
         conflict = _conflict(run, fits) or "no zone admits every replica"
         anchored = [_report(run, f) for f in fits if f.anchored]
-        reasons = {conflict, *(r for r in _zone_reasons(anchored) if "cannot run here" in r)}
+        reasons = {conflict, *_zone_reasons(anchored, lambda p: "cannot run here" in p)}
         return Decision(False, None, tuple(anchored), tuple(sorted(reasons)), summary="denied: replicas share no zone")
     pods = sum(r.count for r in group.replicas)
     reachable = {z for v in zones_of.values() for z in v}
@@ -317,7 +323,7 @@ def validate(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decisio
     reports = tuple(_report(run, f) for f in common)
     blocked = [r for r in reports if r.network != "allow"]
     if blocked:
-        blocking = [f"{r.zone}: {p}" for r in blocked for p in r.problems if not p.startswith(CAPACITY_PREFIX)]
+        blocking = _zone_reasons(blocked, lambda p: not p.startswith(CAPACITY_PREFIX))
         return Decision(
             False, None, reports, tuple(sorted(blocking)), warnings=_warnings(run), summary="denied: paths not open"
         )

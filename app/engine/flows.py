@@ -165,13 +165,21 @@ def describe_side(side: str, verdict: SideVerdict) -> str:
 
 
 def blocking_reasons(verdict: Verdict) -> tuple[str, ...]:
-    """The sides that made a flow deny or unknown (never the allowing side)."""
-    sides = (("egress", verdict.egress), ("ingress", verdict.ingress))
-    return tuple(describe_side(name, side) for name, side in sides if side.verdict == verdict.verdict)
+    """The sides that made a flow deny or unknown (never the allowing side); one line when both say the same."""
+    sides = [
+        (name, side)
+        for name, side in (("egress", verdict.egress), ("ingress", verdict.ingress))
+        if side.verdict == verdict.verdict
+    ]
+    texts = [describe_side(name, side) for name, side in sides]
+    if len(texts) == 2 and texts[0].removeprefix("egress") == texts[1].removeprefix("ingress"):
+        return ("egress and ingress" + texts[0].removeprefix("egress"),)
+    return tuple(texts)
 
 
 def describe_check(check: FlowCheck) -> str:
-    """`Worker → Master TCP/23456 is blocked: ingress default-deny by ...` for a failing flow."""
-    state = "is blocked" if check.verdict.verdict == "deny" else "cannot be evaluated"
+    """A failing flow: `Worker → Master TCP/23456 is blocked: ingress denied by ...`, or for an unknown
+    verdict `Worker → Master TCP/23456: ingress cannot be evaluated: ...`."""
     why = "; ".join(blocking_reasons(check.verdict)) or check.verdict.verdict
-    return f"{describe_flow(check.flow)} {state}: {why}"
+    state = " is blocked" if check.verdict.verdict == "deny" else ""
+    return f"{describe_flow(check.flow)}{state}: {why}"

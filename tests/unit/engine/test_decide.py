@@ -345,8 +345,8 @@ CASES = [
         Settings(),
         denied({"zone-a": (2, 16, 4, True, "unknown", False), "zone-c": (1, 8, 4, True, "unknown", False)}),
         [
-            "zone-a: Worker → Master TCP/23456 cannot be evaluated",
-            "zone-c: Worker → Master TCP/23456 cannot be evaluated",
+            "zone-a, zone-c: Worker → Master TCP/23456: ingress cannot be evaluated: CiliumNetworkPolicy "
+            "ml/l7-master ingress[0]: ",
         ],
         id="an L7 rule cannot be evaluated: unknown is never a guess, and says so",
     ),

@@ -104,6 +104,15 @@ NOT_ENFORCED = Reason("ingress", "not-enforced", "no policy enforces ingress")
             ("egress cannot be evaluated: CiliumNetworkPolicy ml/l7 egress[0]: L7 rule on 23456",),
             id="an unknown says what cannot be evaluated and where",
         ),
+        pytest.param(
+            Verdict(
+                "unknown",
+                SideVerdict("unknown", (Reason("egress", "unknown", "uses hostNetwork"),)),
+                SideVerdict("unknown", (Reason("ingress", "unknown", "uses hostNetwork"),)),
+            ),
+            ("egress and ingress cannot be evaluated: uses hostNetwork",),
+            id="both sides with the same reason are said once",
+        ),
     ],
 )
 def test_blocking_reasons(verdict: Verdict, want: tuple[str, ...]) -> None:
