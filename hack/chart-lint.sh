@@ -7,7 +7,7 @@
 # 3. kubernetes-validate --strict against the oldest supported (Chart.yaml kubeVersion) and the
 #    newest Kubernetes the installed kubernetes-validate knows; CRD-backed kinds skipped with a note
 # 4. deploy/render.sh --check
-# 5. pytest -q tests/chart
+# 5. pytest -q tests/chart (helm install/upgrade against a real apiserver when one is built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,5 +54,12 @@ if command -v shellcheck >/dev/null; then
   echo "  clean"
 fi
 
-echo "== pytest tests/chart"
+# The helm install/upgrade lifecycle tests need a real kube-apiserver; use the e2e suite's binaries
+# when they are already built (hack/envtest/build.sh), never build them from here.
+if [[ -z "${TOPOGUARD_ENVTEST_BIN:-}" ]]; then
+  for dir in "${TOPOGUARD_ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topoguard-envtest}"/kube-*; do
+    if [[ -x "$dir/kube-apiserver" && -x "$dir/etcd" ]]; then export TOPOGUARD_ENVTEST_BIN="$dir"; fi
+  done
+fi
+echo "== pytest tests/chart (apiserver for helm install/upgrade: ${TOPOGUARD_ENVTEST_BIN:-none, those tests skip})"
 .venv/bin/pytest -q -p no:cacheprovider tests/chart
