@@ -35,8 +35,10 @@ def _objects(case: dict[str, Any]) -> list[dict[str, Any]]:
         labels = namespaces.setdefault(side["namespace"], {"kubernetes.io/metadata.name": side["namespace"]})
         labels.update(side.get("namespaceLabels") or {})
     objects = list(case.get("policies") or [])
-    objects += [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": labels}}
-                for n, labels in namespaces.items()]
+    objects += [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": labels}}
+        for n, labels in namespaces.items()
+    ]
     return [*objects, _pod("src", case["src"]), _pod("dst", case["dst"])]
 
 
@@ -45,6 +47,7 @@ def test_documented_case(case: dict[str, Any]) -> None:
     snapshot = build_snapshot(_objects(case))
     src, dst = (endpoint_for_pod(snapshot, p) for p in snapshot.pods)
     mode = (case.get("config") or {}).get("policyEnforcementMode", "default")
-    verdict = check_flow(snapshot, src, dst, PortRange.single(int(case["port"])), case.get("protocol", "TCP"),
-                         enforcement=mode)
+    verdict = check_flow(
+        snapshot, src, dst, PortRange.single(int(case["port"])), case.get("protocol", "TCP"), enforcement=mode
+    )
     assert verdict.verdict in (case.get("accept") or [case["expect"]]), verdict.reasons

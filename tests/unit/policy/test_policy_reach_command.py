@@ -14,17 +14,37 @@ from tests.unit.policy.builders import NS, cnp, port, rule, sel
 
 CLUSTER: list[dict[str, Any]] = [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": {"team": "ml"}}},
-    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "worker-0", "namespace": NS, "labels": {"role": "worker"}},
-     "spec": {"containers": [{"name": "c"}]}},
-    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "coord-0", "namespace": NS, "labels": {"role": "coord"}},
-     "spec": {"containers": [{"name": "c", "ports": [{"name": "rdzv", "containerPort": 23456}]}]}},
-    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "host-0", "namespace": NS, "labels": {"role": "host"}},
-     "spec": {"hostNetwork": True, "containers": [{"name": "c"}]}},
-    cnp("coord-in", spec=rule(sel(role="coord"), ingress=[
-        {"fromEndpoints": [sel(role="worker")], "toPorts": [{"ports": [port("rdzv")]}]},
-        {"fromEndpoints": [{"matchLabels": {"io.cilium.k8s.namespace.labels.team": "ml"}}],
-         "toPorts": [{"ports": [port(8080)], "rules": {"http": [{"method": "GET"}]}}]},
-    ])),
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "worker-0", "namespace": NS, "labels": {"role": "worker"}},
+        "spec": {"containers": [{"name": "c"}]},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "coord-0", "namespace": NS, "labels": {"role": "coord"}},
+        "spec": {"containers": [{"name": "c", "ports": [{"name": "rdzv", "containerPort": 23456}]}]},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "host-0", "namespace": NS, "labels": {"role": "host"}},
+        "spec": {"hostNetwork": True, "containers": [{"name": "c"}]},
+    },
+    cnp(
+        "coord-in",
+        spec=rule(
+            sel(role="coord"),
+            ingress=[
+                {"fromEndpoints": [sel(role="worker")], "toPorts": [{"ports": [port("rdzv")]}]},
+                {
+                    "fromEndpoints": [{"matchLabels": {"io.cilium.k8s.namespace.labels.team": "ml"}}],
+                    "toPorts": [{"ports": [port(8080)], "rules": {"http": [{"method": "GET"}]}}],
+                },
+            ],
+        ),
+    ),
 ]
 
 
@@ -42,26 +62,59 @@ def reach(cluster: Path, *args: str) -> list[str]:
 @pytest.mark.parametrize(
     "args, want_exit, want_verdict",
     [
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23456"], 0, "allow",
-                     id="named port allows the rendezvous port: exit 0"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23457/TCP"], 1, "deny",
-                     id="another port: exit 1"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "8080"], 3, "unknown",
-                     id="L7-only allow: exit 3"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23457",
-                      "--policy-enforcement", "never"], 0, "allow", id="mode never flag: exit 0"),
-        pytest.param(["--from", f"{NS}:role=worker,zone=a", "--to", f"{NS}/coord-0", "--port", "23456"], 0, "allow",
-                     id="a pod that does not exist yet by labels: exit 0"),
-        pytest.param(["--from", f"{NS}:", "--to", f"{NS}/coord-0", "--port", "8080"], 3, "unknown",
-                     id="labelless new pod still carries its namespace labels: exit 3"),
-        pytest.param(["--from", f"{NS}/host-0", "--to", f"{NS}/coord-0", "--port", "23456"], 3, "unknown",
-                     id="hostNetwork source: exit 3"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23456-23457"], 1, "deny",
-                     id="a range with one closed port: exit 1"),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23456"],
+            0,
+            "allow",
+            id="named port allows the rendezvous port: exit 0",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23457/TCP"],
+            1,
+            "deny",
+            id="another port: exit 1",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "8080"],
+            3,
+            "unknown",
+            id="L7-only allow: exit 3",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23457", "--policy-enforcement", "never"],
+            0,
+            "allow",
+            id="mode never flag: exit 0",
+        ),
+        pytest.param(
+            ["--from", f"{NS}:role=worker,zone=a", "--to", f"{NS}/coord-0", "--port", "23456"],
+            0,
+            "allow",
+            id="a pod that does not exist yet by labels: exit 0",
+        ),
+        pytest.param(
+            ["--from", f"{NS}:", "--to", f"{NS}/coord-0", "--port", "8080"],
+            3,
+            "unknown",
+            id="labelless new pod still carries its namespace labels: exit 3",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/host-0", "--to", f"{NS}/coord-0", "--port", "23456"],
+            3,
+            "unknown",
+            id="hostNetwork source: exit 3",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23456-23457"],
+            1,
+            "deny",
+            id="a range with one closed port: exit 1",
+        ),
     ],
 )
-def test_verdicts_and_exit_codes(cluster: Path, capsys: pytest.CaptureFixture[str], args: list[str],
-                                 want_exit: int, want_verdict: str) -> None:
+def test_verdicts_and_exit_codes(
+    cluster: Path, capsys: pytest.CaptureFixture[str], args: list[str], want_exit: int, want_verdict: str
+) -> None:
     code = main(reach(cluster, *args, "-o", "json"))
     out = json.loads(capsys.readouterr().out)
     assert (code, out["verdict"]) == (want_exit, want_verdict)
@@ -93,28 +146,60 @@ def test_enforcement_mode_comes_from_the_config_file(
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("policyEnforcement: always\n")
-    code = main(reach(cluster, "--from", f"{NS}/coord-0", "--to", f"{NS}/worker-0", "--port", "80",
-                      "--config", str(config), "-o", "json"))
+    code = main(
+        reach(
+            cluster,
+            "--from",
+            f"{NS}/coord-0",
+            "--to",
+            f"{NS}/worker-0",
+            "--port",
+            "80",
+            "--config",
+            str(config),
+            "-o",
+            "json",
+        )
+    )
     assert (code, json.loads(capsys.readouterr().out)["verdict"]) == (1, "deny")
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        pytest.param(["--from", f"{NS}/nope", "--to", f"{NS}/coord-0", "--port", "80"], "no such pod",
-                     id="missing pod: exit 2"),
-        pytest.param(["--from", "worker-0", "--to", f"{NS}/coord-0", "--port", "80"], "expected NS/POD",
-                     id="pod ref without namespace: exit 2"),
-        pytest.param(["--from", f"{NS}:role", "--to", f"{NS}/coord-0", "--port", "80"], "not a label",
-                     id="label without value: exit 2"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "http"], "expected PORT",
-                     id="port name: exit 2"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "70000"], "1-65535",
-                     id="port out of range: exit 2"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "80/ICMP"], "protocol",
-                     id="unsupported protocol: exit 2"),
-        pytest.param(["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "90-80"], "ascending",
-                     id="descending range: exit 2"),
+        pytest.param(
+            ["--from", f"{NS}/nope", "--to", f"{NS}/coord-0", "--port", "80"], "no such pod", id="missing pod: exit 2"
+        ),
+        pytest.param(
+            ["--from", "worker-0", "--to", f"{NS}/coord-0", "--port", "80"],
+            "expected NS/POD",
+            id="pod ref without namespace: exit 2",
+        ),
+        pytest.param(
+            ["--from", f"{NS}:role", "--to", f"{NS}/coord-0", "--port", "80"],
+            "not a label",
+            id="label without value: exit 2",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "http"],
+            "expected PORT",
+            id="port name: exit 2",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "70000"],
+            "1-65535",
+            id="port out of range: exit 2",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "80/ICMP"],
+            "protocol",
+            id="unsupported protocol: exit 2",
+        ),
+        pytest.param(
+            ["--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "90-80"],
+            "ascending",
+            id="descending range: exit 2",
+        ),
     ],
 )
 def test_usage_errors(cluster: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
@@ -143,6 +228,10 @@ def test_unreadable_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str],
 def test_bad_config_is_a_usage_error(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("policyEnforcement: sometimes\n")
-    assert main(reach(cluster, "--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "80",
-                      "--config", str(config))) == 2
+    assert (
+        main(
+            reach(cluster, "--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "80", "--config", str(config))
+        )
+        == 2
+    )
     assert "policy_enforcement" in capsys.readouterr().err

@@ -7,7 +7,7 @@ decides) the reason that must name it as (side, effect, policy, rule).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from tests.unit.policy.builders import NS, ccnp, cnp, endpoint, expr, knp, port,
 
 WORKER = endpoint(name="worker", role="worker", zone="a")
 COORD = endpoint(name="coord", role="coord", zone="a", ports=[ContainerPort(23456, "TCP", "rdzv")])
+RDZV = PortRange.single(23456)
 OTHER_NS_COORD = endpoint("other", name="coord", role="coord", zone="a")
 
 
@@ -28,17 +29,17 @@ class Case:
     want: str
     src: Endpoint = WORKER
     dst: Endpoint = COORD
-    ports: PortRange = PortRange.single(23456)
+    ports: PortRange = RDZV
     protocol: str = "TCP"
     enforcement: str = "default"
     reason: tuple[str, str, str, str] | None = None  # (side, effect, policy, rule) that must be present
     sides: tuple[str, str] | None = None  # (egress, ingress) verdicts
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run(case: Case) -> None:
-    verdict = check_flow(snapshot(*case.policies), case.src, case.dst, case.ports, case.protocol,
-                         enforcement=case.enforcement)  # type: ignore[arg-type]
+    verdict = check_flow(
+        snapshot(*case.policies), case.src, case.dst, case.ports, case.protocol, enforcement=case.enforcement
+    )  # type: ignore[arg-type]
     assert verdict.verdict == case.want, verdict.reasons
     assert verdict.reasons == verdict.egress.reasons + verdict.ingress.reasons
     if case.sides is not None:
@@ -57,290 +58,752 @@ def egress_of_worker(*entries: Any, **extra: Any) -> dict[str, Any]:
 
 
 ENFORCEMENT = [
-    pytest.param(Case([], "allow", sides=("allow", "allow"),
-                      reason=("egress", "not-enforced", "", "")), id="no policies: both sides not enforced, allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")]})], "allow",
-                      reason=("ingress", "allow", f"{NS}/coord-in", "ingress[0]")),
-                 id="ingress allow naming the source: allow"),
-    pytest.param(Case([egress_of_worker({})], "deny",
-                      reason=("egress", "default-deny", f"{NS}/worker-out", "spec")),
-                 id="egress [{}] enforces egress and allows nothing: deny"),
-    pytest.param(Case([cnp(spec=rule(sel(role="coord"), ingress=[], egress=[{"toEndpoints": [{}]}]))], "allow",
-                      sides=("allow", "allow")),
-                 id="ingress: [] does not enforce ingress: allow"),
-    pytest.param(Case([cnp("d", spec=rule(sel(role="coord"), ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}]))],
-                      "deny", reason=("ingress", "default-deny", f"{NS}/d", "spec")),
-                 id="a deny-only rule enforces ingress, other ports default-deny: deny"),
-    pytest.param(Case([cnp("d", spec=rule(sel(role="coord"), ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}],
-                                          enableDefaultDeny={"ingress": False}))], "allow"),
-                 id="deny-only rule with enableDefaultDeny false leaves other ports open: allow"),
-    pytest.param(Case([cnp("d", spec=rule(sel(role="coord"), ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}],
-                                          enableDefaultDeny={"ingress": False}))], "deny",
-                      ports=PortRange.single(80), reason=("ingress", "deny", f"{NS}/d", "ingressDeny[0]")),
-                 id="deny entry still applies when default deny is off: deny"),
-    pytest.param(Case([egress_of_worker({"toEndpoints": [sel(role="nobody")]}, enableDefaultDeny={"egress": False})],
-                      "allow", reason=("egress", "not-enforced", f"{NS}/worker-out", "spec")),
-                 id="enableDefaultDeny.egress false: not enforced, allow"),
-    pytest.param(Case([egress_of_worker({"toEndpoints": [sel(role="nobody")]}, enableDefaultDeny={"egress": False}),
-                       cnp("strict", spec=rule(sel(zone="a"), egress=[{"toEndpoints": [sel(role="nobody")]}]))],
-                      "deny", reason=("egress", "default-deny", f"{NS}/strict", "spec")),
-                 id="any selecting rule with default deny on enforces the direction: deny"),
-    pytest.param(Case([], "deny", enforcement="always", sides=("deny", "deny")),
-                 id="mode always with no policies: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")]}),
-                       egress_of_worker({"toEndpoints": [sel(role="coord")]})], "allow", enforcement="always"),
-                 id="mode always with explicit allows on both sides: allow"),
-    pytest.param(Case([egress_of_worker({}), ingress_to_coord({"fromEntities": ["world"]})], "allow",
-                      enforcement="never", sides=("allow", "allow")),
-                 id="mode never ignores every policy: allow"),
-    pytest.param(Case([cnp(specs=[rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="x")]}]),
-                                  rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="worker")]}])])],
-                      "allow", reason=("ingress", "allow", f"{NS}/p", "specs[1].ingress[0]")),
-                 id="specs[] rules are unioned, reason names specs[1]: allow"),
-    pytest.param(Case([cnp(spec=rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="x")]}]),
-                           specs=[rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="worker")]}])])],
-                      "allow"),
-                 id="spec and specs together both apply: allow"),
+    pytest.param(
+        Case([], "allow", sides=("allow", "allow"), reason=("egress", "not-enforced", "", "")),
+        id="no policies: both sides not enforced, allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(role="worker")]})],
+            "allow",
+            reason=("ingress", "allow", f"{NS}/coord-in", "ingress[0]"),
+        ),
+        id="ingress allow naming the source: allow",
+    ),
+    pytest.param(
+        Case([egress_of_worker({})], "deny", reason=("egress", "default-deny", f"{NS}/worker-out", "spec")),
+        id="egress [{}] enforces egress and allows nothing: deny",
+    ),
+    pytest.param(
+        Case(
+            [cnp(spec=rule(sel(role="coord"), ingress=[], egress=[{"toEndpoints": [{}]}]))],
+            "allow",
+            sides=("allow", "allow"),
+        ),
+        id="ingress: [] does not enforce ingress: allow",
+    ),
+    pytest.param(
+        Case(
+            [cnp("d", spec=rule(sel(role="coord"), ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}]))],
+            "deny",
+            reason=("ingress", "default-deny", f"{NS}/d", "spec"),
+        ),
+        id="a deny-only rule enforces ingress, other ports default-deny: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    "d",
+                    spec=rule(
+                        sel(role="coord"),
+                        ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}],
+                        enableDefaultDeny={"ingress": False},
+                    ),
+                )
+            ],
+            "allow",
+        ),
+        id="deny-only rule with enableDefaultDeny false leaves other ports open: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    "d",
+                    spec=rule(
+                        sel(role="coord"),
+                        ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}],
+                        enableDefaultDeny={"ingress": False},
+                    ),
+                )
+            ],
+            "deny",
+            ports=PortRange.single(80),
+            reason=("ingress", "deny", f"{NS}/d", "ingressDeny[0]"),
+        ),
+        id="deny entry still applies when default deny is off: deny",
+    ),
+    pytest.param(
+        Case(
+            [egress_of_worker({"toEndpoints": [sel(role="nobody")]}, enableDefaultDeny={"egress": False})],
+            "allow",
+            reason=("egress", "not-enforced", f"{NS}/worker-out", "spec"),
+        ),
+        id="enableDefaultDeny.egress false: not enforced, allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                egress_of_worker({"toEndpoints": [sel(role="nobody")]}, enableDefaultDeny={"egress": False}),
+                cnp("strict", spec=rule(sel(zone="a"), egress=[{"toEndpoints": [sel(role="nobody")]}])),
+            ],
+            "deny",
+            reason=("egress", "default-deny", f"{NS}/strict", "spec"),
+        ),
+        id="any selecting rule with default deny on enforces the direction: deny",
+    ),
+    pytest.param(
+        Case([], "deny", enforcement="always", sides=("deny", "deny")), id="mode always with no policies: deny"
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord({"fromEndpoints": [sel(role="worker")]}),
+                egress_of_worker({"toEndpoints": [sel(role="coord")]}),
+            ],
+            "allow",
+            enforcement="always",
+        ),
+        id="mode always with explicit allows on both sides: allow",
+    ),
+    pytest.param(
+        Case(
+            [egress_of_worker({}), ingress_to_coord({"fromEntities": ["world"]})],
+            "allow",
+            enforcement="never",
+            sides=("allow", "allow"),
+        ),
+        id="mode never ignores every policy: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    specs=[
+                        rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="x")]}]),
+                        rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="worker")]}]),
+                    ]
+                )
+            ],
+            "allow",
+            reason=("ingress", "allow", f"{NS}/p", "specs[1].ingress[0]"),
+        ),
+        id="specs[] rules are unioned, reason names specs[1]: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    spec=rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="x")]}]),
+                    specs=[rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="worker")]}])],
+                )
+            ],
+            "allow",
+        ),
+        id="spec and specs together both apply: allow",
+    ),
 ]
 
 SELECTORS = [
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("role", "In", "a", "worker")]}]})],
-                      "allow"), id="In matches one of the values: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "NotIn", "b")]}]})],
-                      "allow"), id="NotIn with another value: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("gpu", "NotIn", "x")]}]})],
-                      "allow"), id="NotIn matches an absent key: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "NotIn", "a")]}]})],
-                      "deny"), id="NotIn with the pod's value: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "Exists")]}]})],
-                      "allow"), id="Exists on a present key: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "DoesNotExist")]}]})],
-                      "deny"), id="DoesNotExist on a present key: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchLabels": {"role": "worker"},
-                                                            "matchExpressions": [expr("zone", "In", "b")]}]})],
-                      "deny"), id="matchLabels and matchExpressions are ANDed: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"k8s:role": "worker"})]})], "allow"),
-                 id="k8s: source matches pod labels: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"any:role": "worker"})]})], "allow"),
-                 id="any: source matches pod labels: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"reserved:host": ""})]})], "deny"),
-                 id="reserved: source never matches a pod: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"$host": ""})]})], "deny"),
-                 id="$ shorthand for reserved never matches a pod: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"container:role": "worker"})]})], "deny"),
-                 id="another source never matches a pod: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.policy.serviceaccount": "trainer"})]})],
-                      "allow", src=endpoint(name="w", sa="trainer", role="worker")),
-                 id="service account identity label matches: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.policy.serviceaccount": "trainer"})]})],
-                      "deny", src=endpoint(name="w", role="worker", **{"io.cilium.k8s.policy.serviceaccount": "trainer"})),
-                 id="a pod label cannot fake the service account: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.namespace.labels.team": "ml"})]})],
-                      "allow", src=endpoint(name="w", ns_labels={"team": "ml"}, role="worker")),
-                 id="namespace label of the peer's namespace matches: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.policy.cluster": "default"})]})],
-                      "allow"), id="cluster identity label is default: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"pod-template-hash": "abc"})]})], "deny",
-                      src=endpoint(name="w", role="worker", **{"pod-template-hash": "abc"})),
-                 id="a label outside the identity filter never matches: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"topology.kubernetes.io/zone": "z1"})]})], "allow",
-                      src=endpoint(name="w", role="worker", **{"topology.kubernetes.io/zone": "z1"})),
-                 id="topology.kubernetes.io/zone survives the default filter: allow"),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("role", "In", "a", "worker")]}]})], "allow"
+        ),
+        id="In matches one of the values: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "NotIn", "b")]}]})], "allow"),
+        id="NotIn with another value: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("gpu", "NotIn", "x")]}]})], "allow"),
+        id="NotIn matches an absent key: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "NotIn", "a")]}]})], "deny"),
+        id="NotIn with the pod's value: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "Exists")]}]})], "allow"),
+        id="Exists on a present key: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("zone", "DoesNotExist")]}]})], "deny"),
+        id="DoesNotExist on a present key: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord(
+                    {
+                        "fromEndpoints": [
+                            {"matchLabels": {"role": "worker"}, "matchExpressions": [expr("zone", "In", "b")]}
+                        ]
+                    }
+                )
+            ],
+            "deny",
+        ),
+        id="matchLabels and matchExpressions are ANDed: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(**{"k8s:role": "worker"})]})], "allow"),
+        id="k8s: source matches pod labels: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(**{"any:role": "worker"})]})], "allow"),
+        id="any: source matches pod labels: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(**{"reserved:host": ""})]})], "deny"),
+        id="reserved: source never matches a pod: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(**{"$host": ""})]})], "deny"),
+        id="$ shorthand for reserved never matches a pod: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(**{"container:role": "worker"})]})], "deny"),
+        id="another source never matches a pod: deny",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.policy.serviceaccount": "trainer"})]})],
+            "allow",
+            src=endpoint(name="w", sa="trainer", role="worker"),
+        ),
+        id="service account identity label matches: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.policy.serviceaccount": "trainer"})]})],
+            "deny",
+            src=endpoint(name="w", role="worker", **{"io.cilium.k8s.policy.serviceaccount": "trainer"}),
+        ),
+        id="a pod label cannot fake the service account: deny",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.namespace.labels.team": "ml"})]})],
+            "allow",
+            src=endpoint(name="w", ns_labels={"team": "ml"}, role="worker"),
+        ),
+        id="namespace label of the peer's namespace matches: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.policy.cluster": "default"})]})], "allow"),
+        id="cluster identity label is default: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(**{"pod-template-hash": "abc"})]})],
+            "deny",
+            src=endpoint(name="w", role="worker", **{"pod-template-hash": "abc"}),
+        ),
+        id="a label outside the identity filter never matches: deny",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(**{"topology.kubernetes.io/zone": "z1"})]})],
+            "allow",
+            src=endpoint(name="w", role="worker", **{"topology.kubernetes.io/zone": "z1"}),
+        ),
+        id="topology.kubernetes.io/zone survives the default filter: allow",
+    ),
 ]
 
 SCOPING = [
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")]})], "deny",
-                      src=endpoint("other", name="w", role="worker")),
-                 id="CNP peer selector is scoped to the policy namespace: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker", **{"io.kubernetes.pod.namespace": "other"})]})],
-                      "allow", src=endpoint("other", name="w", role="worker")),
-                 id="peer naming its namespace escapes the scoping: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [
-                          expr("k8s:io.kubernetes.pod.namespace", "NotIn", "kube-system")]}]})],
-                      "allow", src=endpoint("other", name="w", role="worker")),
-                 id="a namespace NotIn expression also escapes: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{}]})], "allow", src=endpoint(name="x", app="any")),
-                 id="fromEndpoints [{}] is every pod of the namespace: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{}]})], "deny", src=endpoint("other", name="x")),
-                 id="fromEndpoints [{}] excludes other namespaces: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.namespace.labels.team": "ml"})]})],
-                      "unknown", src=endpoint("other", name="w", ns_labels={"team": "ml"})),
-                 id="namespace-label peer across namespaces is version dependent: unknown"),
-    pytest.param(Case([ccnp(spec=rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="worker")]}]))],
-                      "allow", src=endpoint("other", name="w", role="worker"), dst=OTHER_NS_COORD),
-                 id="CCNP selectors are cluster-wide: allow"),
-    pytest.param(Case([ccnp(spec=rule(sel(role="coord"), ingress=[{"fromEndpoints": [{}]}]))],
-                      "allow", src=endpoint("third", name="w")),
-                 id="CCNP fromEndpoints [{}] is every pod in every namespace: allow"),
-    pytest.param(Case([cnp("wide", spec=rule({}, ingress=[{}]))], "allow", dst=OTHER_NS_COORD),
-                 id="CNP endpointSelector {} only selects its own namespace: allow"),
-    pytest.param(Case([cnp("x", spec=rule(sel(**{"io.kubernetes.pod.namespace": "other"}), ingress=[{}]))], "allow"),
-                 id="CNP subject naming another namespace selects nothing: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": []}, )], "deny"),
-                 id="fromEndpoints [] selects nothing: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [], "toPorts": [{"ports": [port(23456)]}]})], "deny"),
-                 id="fromEndpoints [] with toPorts still selects nothing: deny"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456)]}]})], "allow",
-                      src=endpoint("other", name="w")),
-                 id="L4-only entry wildcards the peer across namespaces: allow"),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(role="worker")]})],
+            "deny",
+            src=endpoint("other", name="w", role="worker"),
+        ),
+        id="CNP peer selector is scoped to the policy namespace: deny",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(role="worker", **{"io.kubernetes.pod.namespace": "other"})]})],
+            "allow",
+            src=endpoint("other", name="w", role="worker"),
+        ),
+        id="peer naming its namespace escapes the scoping: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord(
+                    {
+                        "fromEndpoints": [
+                            {"matchExpressions": [expr("k8s:io.kubernetes.pod.namespace", "NotIn", "kube-system")]}
+                        ]
+                    }
+                )
+            ],
+            "allow",
+            src=endpoint("other", name="w", role="worker"),
+        ),
+        id="a namespace NotIn expression also escapes: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [{}]})], "allow", src=endpoint(name="x", app="any")),
+        id="fromEndpoints [{}] is every pod of the namespace: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [{}]})], "deny", src=endpoint("other", name="x")),
+        id="fromEndpoints [{}] excludes other namespaces: deny",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.namespace.labels.team": "ml"})]})],
+            "unknown",
+            src=endpoint("other", name="w", ns_labels={"team": "ml"}),
+        ),
+        id="namespace-label peer across namespaces is version dependent: unknown",
+    ),
+    pytest.param(
+        Case(
+            [ccnp(spec=rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="worker")]}]))],
+            "allow",
+            src=endpoint("other", name="w", role="worker"),
+            dst=OTHER_NS_COORD,
+        ),
+        id="CCNP selectors are cluster-wide: allow",
+    ),
+    pytest.param(
+        Case(
+            [ccnp(spec=rule(sel(role="coord"), ingress=[{"fromEndpoints": [{}]}]))],
+            "allow",
+            src=endpoint("third", name="w"),
+        ),
+        id="CCNP fromEndpoints [{}] is every pod in every namespace: allow",
+    ),
+    pytest.param(
+        Case([cnp("wide", spec=rule({}, ingress=[{}]))], "allow", dst=OTHER_NS_COORD),
+        id="CNP endpointSelector {} only selects its own namespace: allow",
+    ),
+    pytest.param(
+        Case([cnp("x", spec=rule(sel(**{"io.kubernetes.pod.namespace": "other"}), ingress=[{}]))], "allow"),
+        id="CNP subject naming another namespace selects nothing: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord(
+                    {"fromEndpoints": []},
+                )
+            ],
+            "deny",
+        ),
+        id="fromEndpoints [] selects nothing: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [], "toPorts": [{"ports": [port(23456)]}]})], "deny"),
+        id="fromEndpoints [] with toPorts still selects nothing: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"toPorts": [{"ports": [port(23456)]}]})], "allow", src=endpoint("other", name="w")),
+        id="L4-only entry wildcards the peer across namespaces: allow",
+    ),
 ]
 
 ENTITIES = [
     pytest.param(Case([ingress_to_coord({"fromEntities": ["all"]})], "allow"), id="entity all: allow"),
     pytest.param(Case([ingress_to_coord({"fromEntities": ["cluster"]})], "allow"), id="entity cluster: allow"),
     pytest.param(Case([ingress_to_coord({"fromEntities": ["world"]})], "deny"), id="entity world: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEntities": ["host", "remote-node", "kube-apiserver"]})], "deny"),
-                 id="host, remote-node, kube-apiserver never a pod: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEntities": ["cluster-mesh"]})], "unknown"),
-                 id="entity cluster-mesh membership: unknown"),
-    pytest.param(Case([egress_of_worker({"toEntities": ["cluster"]})], "allow", dst=OTHER_NS_COORD),
-                 id="entities are not namespace-scoped: allow"),
-    pytest.param(Case([egress_of_worker({"toCIDR": ["10.0.0.0/8"]})], "deny",
-                      dst=endpoint(name="c", role="coord")),
-                 id="CIDR peer never matches a pod but enforces egress: deny"),
-    pytest.param(Case([egress_of_worker({"toFQDNs": [{"matchName": "coord.ml-demo.svc.cluster.local"}]})], "deny"),
-                 id="toFQDNs never matches a pod: deny"),
-    pytest.param(Case([egress_of_worker({"toServices": [{"k8sService": {"serviceName": "coord", "namespace": NS}}]})],
-                      "unknown"), id="toServices cannot be resolved: unknown"),
-    pytest.param(Case([ingress_to_coord({"fromNodes": [sel(**{"topology.kubernetes.io/zone": "a"})]})], "deny"),
-                 id="fromNodes never matches a pod: deny"),
+    pytest.param(
+        Case([ingress_to_coord({"fromEntities": ["host", "remote-node", "kube-apiserver"]})], "deny"),
+        id="host, remote-node, kube-apiserver never a pod: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEntities": ["cluster-mesh"]})], "unknown"),
+        id="entity cluster-mesh membership: unknown",
+    ),
+    pytest.param(
+        Case([egress_of_worker({"toEntities": ["cluster"]})], "allow", dst=OTHER_NS_COORD),
+        id="entities are not namespace-scoped: allow",
+    ),
+    pytest.param(
+        Case([egress_of_worker({"toCIDR": ["10.0.0.0/8"]})], "deny", dst=endpoint(name="c", role="coord")),
+        id="CIDR peer never matches a pod but enforces egress: deny",
+    ),
+    pytest.param(
+        Case([egress_of_worker({"toFQDNs": [{"matchName": "coord.ml-demo.svc.cluster.local"}]})], "deny"),
+        id="toFQDNs never matches a pod: deny",
+    ),
+    pytest.param(
+        Case(
+            [egress_of_worker({"toServices": [{"k8sService": {"serviceName": "coord", "namespace": NS}}]})], "unknown"
+        ),
+        id="toServices cannot be resolved: unknown",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromNodes": [sel(**{"topology.kubernetes.io/zone": "a"})]})], "deny"),
+        id="fromNodes never matches a pod: deny",
+    ),
 ]
 
 PORTS = [
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, "TCP")]}]})], "deny", protocol="UDP"),
-                 id="TCP rule does not cover UDP: deny"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, "ANY")]}]})], "allow", protocol="UDP"),
-                 id="ANY rule covers UDP: allow"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, None)]}]})], "allow", protocol="SCTP"),
-                 id="unset protocol covers SCTP: allow"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, "TCP")]}]})], "deny", protocol="ANY",
-                      reason=("ingress", "default-deny", f"{NS}/coord-in", "spec")),
-                 id="flow over ANY needs every protocol: deny"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(80, "TCP", end=444)]}]})], "allow",
-                      ports=PortRange.single(443)), id="port inside endPort range: allow"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(80, "TCP", end=444)]}]})], "deny",
-                      ports=PortRange.single(445)), id="port past endPort: deny"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(0, "TCP")]}]})], "allow",
-                      ports=PortRange(1, 65535)), id="port 0 covers every port: allow"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, "TCP", end=23458)]}]})], "deny",
-                      ports=PortRange(23456, 23460)), id="range only partly allowed: deny"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(1, "TCP", end=30000)]}]},
-                                        {"toPorts": [{"ports": [port(30001, "TCP", end=65535)]}]})],
-                      "allow", ports=PortRange(1, 65535)), id="two entries together cover the range: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")],
-                                         "toPorts": [{"ports": [port("rdzv", "TCP")]}]})], "allow"),
-                 id="named port resolves against the destination's container port: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")],
-                                         "toPorts": [{"ports": [port("rdzv", "UDP")]}]})], "deny"),
-                 id="named port with another protocol: deny"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port("metrics", "TCP")]}]})], "deny"),
-                 id="named port the destination does not have: deny"),
-    pytest.param(Case([egress_of_worker({"toPorts": [{"ports": [port("rdzv", "ANY")]}]})], "allow"),
-                 id="egress named port resolves against the destination: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "icmps": [{"fields": [{"type": 8}]}]})],
-                      "deny"), id="ICMP-only entry does not allow TCP: deny"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{}]})], "allow"),
-                 id="port rule without ports covers every port: allow"),
+    pytest.param(
+        Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, "TCP")]}]})], "deny", protocol="UDP"),
+        id="TCP rule does not cover UDP: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, "ANY")]}]})], "allow", protocol="UDP"),
+        id="ANY rule covers UDP: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"toPorts": [{"ports": [port(23456, None)]}]})], "allow", protocol="SCTP"),
+        id="unset protocol covers SCTP: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"toPorts": [{"ports": [port(23456, "TCP")]}]})],
+            "deny",
+            protocol="ANY",
+            reason=("ingress", "default-deny", f"{NS}/coord-in", "spec"),
+        ),
+        id="flow over ANY needs every protocol: deny",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"toPorts": [{"ports": [port(80, "TCP", end=444)]}]})],
+            "allow",
+            ports=PortRange.single(443),
+        ),
+        id="port inside endPort range: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"toPorts": [{"ports": [port(80, "TCP", end=444)]}]})],
+            "deny",
+            ports=PortRange.single(445),
+        ),
+        id="port past endPort: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"toPorts": [{"ports": [port(0, "TCP")]}]})], "allow", ports=PortRange(1, 65535)),
+        id="port 0 covers every port: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"toPorts": [{"ports": [port(23456, "TCP", end=23458)]}]})],
+            "deny",
+            ports=PortRange(23456, 23460),
+        ),
+        id="range only partly allowed: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord(
+                    {"toPorts": [{"ports": [port(1, "TCP", end=30000)]}]},
+                    {"toPorts": [{"ports": [port(30001, "TCP", end=65535)]}]},
+                )
+            ],
+            "allow",
+            ports=PortRange(1, 65535),
+        ),
+        id="two entries together cover the range: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{"ports": [port("rdzv", "TCP")]}]})],
+            "allow",
+        ),
+        id="named port resolves against the destination's container port: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{"ports": [port("rdzv", "UDP")]}]})],
+            "deny",
+        ),
+        id="named port with another protocol: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"toPorts": [{"ports": [port("metrics", "TCP")]}]})], "deny"),
+        id="named port the destination does not have: deny",
+    ),
+    pytest.param(
+        Case([egress_of_worker({"toPorts": [{"ports": [port("rdzv", "ANY")]}]})], "allow"),
+        id="egress named port resolves against the destination: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "icmps": [{"fields": [{"type": 8}]}]})], "deny"),
+        id="ICMP-only entry does not allow TCP: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{}]})], "allow"),
+        id="port rule without ports covers every port: allow",
+    ),
 ]
 
 DENIES = [
-    pytest.param(Case([egress_of_worker({"toEntities": ["all"]}),
-                       cnp("no", spec=rule(sel(role="worker"), egressDeny=[{"toEndpoints": [sel(role="coord")]}]))],
-                      "deny", reason=("egress", "deny", f"{NS}/no", "egressDeny[0]")),
-                 id="egressDeny beats an allow-all from another policy: deny"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{}]),
-                       ccnp(spec=rule({}, ingressDeny=[{"fromEndpoints": [sel(role="worker")]}]))],
-                      "deny", reason=("ingress", "deny", "cw", "ingressDeny[0]")),
-                 id="CCNP deny beats a KNP allow: deny"),
-    pytest.param(Case([cnp("no", spec=rule(sel(role="worker"), egressDeny=[{"toEndpoints": [sel(role="coord")]}],
-                                           enableDefaultDeny={"egress": False}))],
-                      "allow", dst=OTHER_NS_COORD),
-                 id="CNP deny peer is namespace-scoped too: allow"),
-    pytest.param(Case([cnp("no", spec=rule(sel(role="coord"), ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}],
-                                           ingress=[{"fromEndpoints": [{}]}]))],
-                      "deny", ports=PortRange(1, 100), reason=("ingress", "deny", f"{NS}/no", "ingressDeny[0]")),
-                 id="a denied port inside the range denies the range: deny"),
-    pytest.param(Case([cnp("no", spec=rule(sel(role="coord"), ingressDeny=[{"fromEntities": ["world"]}],
-                                           ingress=[{"fromEntities": ["all"]}]))], "allow"),
-                 id="deny of world does not touch pods: allow"),
+    pytest.param(
+        Case(
+            [
+                egress_of_worker({"toEntities": ["all"]}),
+                cnp("no", spec=rule(sel(role="worker"), egressDeny=[{"toEndpoints": [sel(role="coord")]}])),
+            ],
+            "deny",
+            reason=("egress", "deny", f"{NS}/no", "egressDeny[0]"),
+        ),
+        id="egressDeny beats an allow-all from another policy: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                knp(podSelector={}, ingress=[{}]),
+                ccnp(spec=rule({}, ingressDeny=[{"fromEndpoints": [sel(role="worker")]}])),
+            ],
+            "deny",
+            reason=("ingress", "deny", "cw", "ingressDeny[0]"),
+        ),
+        id="CCNP deny beats a KNP allow: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    "no",
+                    spec=rule(
+                        sel(role="worker"),
+                        egressDeny=[{"toEndpoints": [sel(role="coord")]}],
+                        enableDefaultDeny={"egress": False},
+                    ),
+                )
+            ],
+            "allow",
+            dst=OTHER_NS_COORD,
+        ),
+        id="CNP deny peer is namespace-scoped too: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    "no",
+                    spec=rule(
+                        sel(role="coord"),
+                        ingressDeny=[{"toPorts": [{"ports": [port(80)]}]}],
+                        ingress=[{"fromEndpoints": [{}]}],
+                    ),
+                )
+            ],
+            "deny",
+            ports=PortRange(1, 100),
+            reason=("ingress", "deny", f"{NS}/no", "ingressDeny[0]"),
+        ),
+        id="a denied port inside the range denies the range: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    "no",
+                    spec=rule(
+                        sel(role="coord"),
+                        ingressDeny=[{"fromEntities": ["world"]}],
+                        ingress=[{"fromEntities": ["all"]}],
+                    ),
+                )
+            ],
+            "allow",
+        ),
+        id="deny of world does not touch pods: allow",
+    ),
 ]
 
 KNPS = [
-    pytest.param(Case([knp(podSelector={}, policyTypes=["Ingress"])], "deny",
-                      reason=("ingress", "default-deny", f"{NS}/k", "spec")),
-                 id="KNP default-deny ingress: deny"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{}])], "allow", src=endpoint("far", name="x")),
-                 id="KNP ingress [{}] allows every source: allow"),
-    pytest.param(Case([knp(podSelector=sel(role="coord"), ingress=[{"from": [{"podSelector": sel(role="worker")}]}])],
-                      "allow"), id="KNP podSelector peer: allow"),
-    pytest.param(Case([knp(podSelector=sel(role="coord"), ingress=[{"from": [{"podSelector": sel(role="worker")}]}])],
-                      "deny", src=endpoint("other", name="w", role="worker")),
-                 id="KNP podSelector peer is same-namespace: deny"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{"from": [{"namespaceSelector": sel(team="ml")}]}])], "allow",
-                      src=endpoint("other", name="w", ns_labels={"team": "ml"})),
-                 id="KNP namespaceSelector on namespace labels: allow"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{"from": [{"namespaceSelector": {}}]}])], "allow",
-                      src=endpoint("other", name="w")),
-                 id="KNP empty namespaceSelector is every namespace: allow"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{"from": [{"namespaceSelector": sel(team="ml"),
-                                                              "podSelector": sel(role="worker")}]}])], "deny",
-                      src=endpoint("other", name="w", ns_labels={"team": "ml"}, role="other")),
-                 id="KNP namespaceSelector and podSelector in one peer are ANDed: deny"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}])], "deny"),
-                 id="KNP ipBlock never matches a pod: deny"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{"ports": [{"port": 23000, "endPort": 24000}]}])], "allow"),
-                 id="KNP port with endPort: allow"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{"ports": [{"port": 23000, "endPort": 24000}]}])], "deny",
-                      protocol="UDP"), id="KNP protocol defaults to TCP: deny"),
-    pytest.param(Case([knp(podSelector={}, ingress=[{"ports": [{"port": "rdzv"}]}])], "allow"),
-                 id="KNP named port: allow"),
-    pytest.param(Case([knp(podSelector={}, policyTypes=["Egress"])], "deny", sides=("deny", "allow")),
-                 id="KNP Egress type with no rules denies egress: deny"),
-    pytest.param(Case([knp(podSelector=sel(role="coord"), egress=[{}])], "deny", sides=("allow", "deny")),
-                 id="KNP without policyTypes always enforces ingress: deny"),
-    pytest.param(Case([knp(podSelector=sel(role="coord"), policyTypes=["Egress"],
-                           ingress=[{"from": [{"podSelector": sel(role="nobody")}]}])], "deny"),
-                 id="KNP ingress section outside policyTypes is still enforced by Cilium: deny"),
-    pytest.param(Case([knp(podSelector=sel(role="coord"), ingress=[{"ports": [{"port": 80}]}]),
-                       ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{"ports": [port(23456)]}]})],
-                      "allow"), id="KNP and CNP allows are unioned: allow"),
+    pytest.param(
+        Case(
+            [knp(podSelector={}, policyTypes=["Ingress"])],
+            "deny",
+            reason=("ingress", "default-deny", f"{NS}/k", "spec"),
+        ),
+        id="KNP default-deny ingress: deny",
+    ),
+    pytest.param(
+        Case([knp(podSelector={}, ingress=[{}])], "allow", src=endpoint("far", name="x")),
+        id="KNP ingress [{}] allows every source: allow",
+    ),
+    pytest.param(
+        Case([knp(podSelector=sel(role="coord"), ingress=[{"from": [{"podSelector": sel(role="worker")}]}])], "allow"),
+        id="KNP podSelector peer: allow",
+    ),
+    pytest.param(
+        Case(
+            [knp(podSelector=sel(role="coord"), ingress=[{"from": [{"podSelector": sel(role="worker")}]}])],
+            "deny",
+            src=endpoint("other", name="w", role="worker"),
+        ),
+        id="KNP podSelector peer is same-namespace: deny",
+    ),
+    pytest.param(
+        Case(
+            [knp(podSelector={}, ingress=[{"from": [{"namespaceSelector": sel(team="ml")}]}])],
+            "allow",
+            src=endpoint("other", name="w", ns_labels={"team": "ml"}),
+        ),
+        id="KNP namespaceSelector on namespace labels: allow",
+    ),
+    pytest.param(
+        Case(
+            [knp(podSelector={}, ingress=[{"from": [{"namespaceSelector": {}}]}])],
+            "allow",
+            src=endpoint("other", name="w"),
+        ),
+        id="KNP empty namespaceSelector is every namespace: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                knp(
+                    podSelector={},
+                    ingress=[{"from": [{"namespaceSelector": sel(team="ml"), "podSelector": sel(role="worker")}]}],
+                )
+            ],
+            "deny",
+            src=endpoint("other", name="w", ns_labels={"team": "ml"}, role="other"),
+        ),
+        id="KNP namespaceSelector and podSelector in one peer are ANDed: deny",
+    ),
+    pytest.param(
+        Case([knp(podSelector={}, ingress=[{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}])], "deny"),
+        id="KNP ipBlock never matches a pod: deny",
+    ),
+    pytest.param(
+        Case([knp(podSelector={}, ingress=[{"ports": [{"port": 23000, "endPort": 24000}]}])], "allow"),
+        id="KNP port with endPort: allow",
+    ),
+    pytest.param(
+        Case([knp(podSelector={}, ingress=[{"ports": [{"port": 23000, "endPort": 24000}]}])], "deny", protocol="UDP"),
+        id="KNP protocol defaults to TCP: deny",
+    ),
+    pytest.param(
+        Case([knp(podSelector={}, ingress=[{"ports": [{"port": "rdzv"}]}])], "allow"), id="KNP named port: allow"
+    ),
+    pytest.param(
+        Case([knp(podSelector={}, policyTypes=["Egress"])], "deny", sides=("deny", "allow")),
+        id="KNP Egress type with no rules denies egress: deny",
+    ),
+    pytest.param(
+        Case([knp(podSelector=sel(role="coord"), egress=[{}])], "deny", sides=("allow", "deny")),
+        id="KNP without policyTypes always enforces ingress: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                knp(
+                    podSelector=sel(role="coord"),
+                    policyTypes=["Egress"],
+                    ingress=[{"from": [{"podSelector": sel(role="nobody")}]}],
+                )
+            ],
+            "deny",
+        ),
+        id="KNP ingress section outside policyTypes is still enforced by Cilium: deny",
+    ),
+    pytest.param(
+        Case(
+            [
+                knp(podSelector=sel(role="coord"), ingress=[{"ports": [{"port": 80}]}]),
+                ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{"ports": [port(23456)]}]}),
+            ],
+            "allow",
+        ),
+        id="KNP and CNP allows are unioned: allow",
+    ),
 ]
 
 UNKNOWNS = [
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456)], "rules": {"http": [{"method": "GET"}]}}]})],
-                      "unknown", reason=("ingress", "unknown", f"{NS}/coord-in", "ingress[0]")),
-                 id="allowed only through L7 http rules: unknown"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456)], "rules": {"http": [{"method": "GET"}]}}]},
-                                        {"fromEndpoints": [sel(role="worker")]})], "allow"),
-                 id="a plain L4 allow makes the L7 rule moot: allow"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456)], "rules": {"http": [{}]}}]})], "allow"),
-                 id="an http rule that allows every request: allow"),
-    pytest.param(Case([ingress_to_coord({"toPorts": [{"ports": [port(23456)], "rules": {"http": [{"path": "/x"}]}}]},
-                                        enableDefaultDeny={"ingress": False})], "unknown"),
-                 id="L7 rules apply even with default deny off: unknown"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "authentication": {"mode": "required"}})],
-                      "unknown"), id="mutual authentication required: unknown"),
-    pytest.param(Case([ingress_to_coord({"fromRequires": [sel(env="prod")]})], "unknown"),
-                 id="fromRequires depends on the Cilium version: unknown"),
-    pytest.param(Case([ingress_to_coord({"fromRequires": [sel(env="prod")]}),
-                       cnp("no", spec=rule(sel(role="coord"), ingressDeny=[{"fromEndpoints": [{}]}]))], "deny"),
-                 id="an explicit deny is certain next to an uncertain policy: deny"),
-    pytest.param(Case([], "unknown", src=endpoint(name="w", host_network=True)),
-                 id="hostNetwork source: unknown"),
-    pytest.param(Case([], "allow", src=endpoint(name="w", host_network=True), enforcement="never"),
-                 id="hostNetwork source under mode never: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("role", "in", "worker")]}]})],
-                      "unknown", reason=("ingress", "unknown", f"{NS}/coord-in", "spec")),
-                 id="invalid policy (lowercase operator) selecting the destination: unknown"),
-    pytest.param(Case([cnp("bad", spec=rule(sel(role="other"), ingress=[{"fromEndpoints": [sel(a="b")],
-                                                                          "fromEntities": ["all"]}]))], "allow"),
-                 id="invalid policy that selects neither pod: allow"),
-    pytest.param(Case([cnp("empty", spec=rule(sel(role="coord")))], "allow"),
-                 id="invalid rule without sections affects nothing on any version: allow"),
-    pytest.param(Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")]}),
-                       {**ingress_to_coord({}), "metadata": {"name": "v3", "namespace": NS},
-                        "apiVersion": "cilium.io/v3"}], "unknown"),
-                 id="unknown apiVersion selecting the destination: unknown"),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"toPorts": [{"ports": [port(23456)], "rules": {"http": [{"method": "GET"}]}}]})],
+            "unknown",
+            reason=("ingress", "unknown", f"{NS}/coord-in", "ingress[0]"),
+        ),
+        id="allowed only through L7 http rules: unknown",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord(
+                    {"toPorts": [{"ports": [port(23456)], "rules": {"http": [{"method": "GET"}]}}]},
+                    {"fromEndpoints": [sel(role="worker")]},
+                )
+            ],
+            "allow",
+        ),
+        id="a plain L4 allow makes the L7 rule moot: allow",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"toPorts": [{"ports": [port(23456)], "rules": {"http": [{}]}}]})], "allow"),
+        id="an http rule that allows every request: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord(
+                    {"toPorts": [{"ports": [port(23456)], "rules": {"http": [{"path": "/x"}]}}]},
+                    enableDefaultDeny={"ingress": False},
+                )
+            ],
+            "unknown",
+        ),
+        id="L7 rules apply even with default deny off: unknown",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(role="worker")], "authentication": {"mode": "required"}})],
+            "unknown",
+        ),
+        id="mutual authentication required: unknown",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromRequires": [sel(env="prod")]})], "unknown"),
+        id="fromRequires depends on the Cilium version: unknown",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord({"fromRequires": [sel(env="prod")]}),
+                cnp("no", spec=rule(sel(role="coord"), ingressDeny=[{"fromEndpoints": [{}]}])),
+            ],
+            "deny",
+        ),
+        id="an explicit deny is certain next to an uncertain policy: deny",
+    ),
+    pytest.param(Case([], "unknown", src=endpoint(name="w", host_network=True)), id="hostNetwork source: unknown"),
+    pytest.param(
+        Case([], "allow", src=endpoint(name="w", host_network=True), enforcement="never"),
+        id="hostNetwork source under mode never: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [{"matchExpressions": [expr("role", "in", "worker")]}]})],
+            "unknown",
+            reason=("ingress", "unknown", f"{NS}/coord-in", "spec"),
+        ),
+        id="invalid policy (lowercase operator) selecting the destination: unknown",
+    ),
+    pytest.param(
+        Case(
+            [
+                cnp(
+                    "bad",
+                    spec=rule(sel(role="other"), ingress=[{"fromEndpoints": [sel(a="b")], "fromEntities": ["all"]}]),
+                )
+            ],
+            "allow",
+        ),
+        id="invalid policy that selects neither pod: allow",
+    ),
+    pytest.param(
+        Case([cnp("empty", spec=rule(sel(role="coord")))], "allow"),
+        id="invalid rule without sections affects nothing on any version: allow",
+    ),
+    pytest.param(
+        Case(
+            [
+                ingress_to_coord({"fromEndpoints": [sel(role="worker")]}),
+                {**ingress_to_coord({}), "metadata": {"name": "v3", "namespace": NS}, "apiVersion": "cilium.io/v3"},
+            ],
+            "unknown",
+        ),
+        id="unknown apiVersion selecting the destination: unknown",
+    ),
 ]
 
 
