@@ -303,3 +303,18 @@ def test_dry_run_gets_the_same_answer_and_is_flagged_for_the_caller() -> None:
     real = answer(review(job()), cluster())
     dry = answer(review(job(), dry_run=True), cluster())
     assert (dry.review, dry.outcome, dry.dry_run, real.dry_run) == (real.review, real.outcome, True, False)
+
+
+def test_a_field_the_patch_cannot_edit_is_refused_with_422_naming_it() -> None:
+    obj = job()
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"] = {"podAffinity": "same-zone"}
+    got = answer(review(obj), cluster(), settings=Settings(mode="colocate"))
+    response = response_of(got)
+    assert (got.outcome, response["allowed"], response["status"]["code"]) == ("denied", False, 422)
+    assert "/spec/pytorchReplicaSpecs/Worker/template/spec/affinity/podAffinity: expected an object" in (
+        response["status"]["message"])
+
+
+def test_an_update_whose_old_object_cannot_be_read_is_checked_like_a_create() -> None:
+    got = answer(review(job(), operation="UPDATE", old={"kind": "Unknown"}), cluster())
+    assert (got.outcome, response_of(got)["allowed"]) == ("patched", True)
