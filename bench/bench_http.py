@@ -296,10 +296,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--quick", action="store_true", help="3 s runs (smoke)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved wrk rounds per server (best one counts)")
+    parser.add_argument("--quick", action="store_true", help="one round of 3 s runs (smoke)")
     parser.add_argument("--skip-inline", action="store_true", help="do not measure inline decisions")
     opts = parser.parse_args()
     duration = 3 if opts.quick else opts.duration
+    if opts.quick:
+        opts.rounds = 1
     if not shutil.which("wrk"):
         print("bench_http: wrk not found (apt-get install wrk); skipping the HTTP benchmark", file=sys.stderr)
         return 0
@@ -345,25 +348,34 @@ def main() -> int:
                                                            "--tls-cert", str(cert), "--tls-key", str(key),
                                                            "--host", "127.0.0.1", "--config", str(config),
                                                            "--cluster", str(snapshots[5000])]))
+        # Every server runs for the whole benchmark (idle ones cost nothing) and the wrk rounds are
+        # interleaved, so load from other processes on a shared machine hits all of them alike; the
+        # best round of each server is the one least disturbed and is the one compared.
+        servers: list[Server] = []
         results: dict[str, dict[str, float]] = {}
-        print(f"{'server':<32} {'ready s':>8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'RSS MiB':>8} "
-              f"{'peak':>6} {'non-2xx':>8}")
-        for name, argv in runs:
-            port = free_port()
-            server = start(name, [*argv, "--port", str(port)], port, ctx, tmp / f"{len(results)}.log")
-            try:
-                answer = post_once(port, body_file.read_bytes(), ctx)
-                response = answer["response"]
+        try:
+            for name, argv in runs:
+                port = free_port()
+                servers.append(start(name, [*argv, "--port", str(port)], port, ctx, tmp / f"{len(servers)}.log"))
+                response = post_once(port, body_file.read_bytes(), ctx)["response"]
                 if "topoguard" in name and not (response.get("allowed") and response.get("patch")):
                     raise RuntimeError(f"{name}: expected a patched answer, got {json.dumps(response)[:300]}")
-                got = wrk(port, script, duration=duration, connections=opts.connections)
+            print(f"{'server':<32} {'round':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+            for round_number in range(1, opts.rounds + 1):
+                for server in servers:
+                    got = wrk(server.port, script, duration=duration, connections=opts.connections)
+                    print(f"{server.name:<32} {round_number:>5} {got['rps']:>9.0f} {got['p50_ms']:>8.2f} "
+                          f"{got['p99_ms']:>8.2f} {got['non2xx'] + got['socket_errors']:>7.0f}")
+                    if server.name not in results or got["rps"] > results[server.name]["rps"]:
+                        results[server.name] = got
+            print(f"{'server':<32} {'ready s':>8} {'RSS MiB':>8} {'peak MiB':>9}")
+            for server in servers:
                 rss, peak = server.rss_mib()
-            finally:
+                print(f"{server.name:<32} {server.ready_seconds:>8.2f} {rss:>8.0f} {peak:>9.0f}")
+                results[server.name].update(ready_s=server.ready_seconds, rss_mib=rss, peak_mib=peak)
+        finally:
+            for server in servers:
                 server.stop()
-            got.update(ready_s=server.ready_seconds, rss_mib=rss, peak_mib=peak)
-            results[name] = got
-            print(f"{name:<32} {got['ready_s']:>8.2f} {got['rps']:>9.0f} {got['p50_ms']:>8.2f} {got['p99_ms']:>8.2f} "
-                  f"{rss:>8.0f} {peak:>6.0f} {got['non2xx'] + got['socket_errors']:>8.0f}")
 
         echo, big, small = (results[n]["rps"] for n in ("echo (raw ASGI + orjson)", "topoguard 5,000 nodes",
                                                            "topoguard 60 nodes"))
