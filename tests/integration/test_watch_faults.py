@@ -106,6 +106,7 @@ def test_dropped_connection_resumes_from_the_last_resource_version(api: FakeApiS
     with running_store(api, tmp_path) as store:
         last = api.apply(make_node("gpu-a-2"))
         wait_until(lambda: node_names(store) == ["gpu-a-1", "gpu-a-2"], what="the second node")
+        wait_until(lambda: api.open_watches() == 7, what="every watch open")
         assert api.drop_watches() == 7
         api.apply(make_node("gpu-a-3"))
         wait_until(lambda: node_names(store) == ["gpu-a-1", "gpu-a-2", "gpu-a-3"], what="the node added while cut")
@@ -183,6 +184,7 @@ def test_failing_watches_turn_stale_after_the_bound(
         fresh = store.status()
         outage(api)
         wait_until(lambda: store.status().stale, what="the cache to turn stale")
+        wait_until(lambda: all(v.startswith("failing") for v in store.status().detail.values()), what="every kind")
         stale = store.status()
         served = node_names(store)
 

@@ -147,13 +147,12 @@ def test_list_follows_continue_tokens(api: FakeApiServer, tmp_path: Path) -> Non
     assert [r.query.get("limit") for r in api.requests_for("Node", watch=False)] == ["2", "2", "2"]
 
 
-def _sentinel(api: FakeApiServer, store: WatchStore) -> None:
-    """Make one more change and wait for it, so changes made before it have been processed too."""
-    api.apply(make_namespace("sentinel"))
-    wait_until(lambda: "sentinel" in store.snapshot().namespaces, what="the sentinel namespace")
+Step = Callable[[FakeApiServer], Any]
 
 
-Step = Callable[[FakeApiServer], None]
+def _cpu_pod_then_gpu_pod(api: FakeApiServer) -> None:
+    api.apply(make_pod("cpu-only", gpus=0))
+    api.apply(make_pod("after", gpus=1))  # same stream, so seeing it means cpu-only was processed
 
 
 @pytest.mark.parametrize(
@@ -185,8 +184,8 @@ Step = Callable[[FakeApiServer], None]
             id="a new GPU pod is counted",
         ),
         pytest.param(
-            lambda api: api.apply(make_pod("cpu-only", gpus=0)),
-            lambda s: [p.name for p in s.pods] == ["worker-0"] and "sentinel" in s.namespaces,
+            _cpu_pod_then_gpu_pod,
+            lambda s: [p.name for p in s.pods] == ["after", "worker-0"],
             id="a new pod without GPUs is not kept",
         ),
         pytest.param(
@@ -213,10 +212,8 @@ def test_cache_follows_watch_events(
     with running_store(api, tmp_path) as store:
         before = store.snapshot()
         change(api)
-        _sentinel(api, store)
-        after = store.snapshot()
+        wait_until(lambda: check(store.snapshot()), what="the change in the snapshot")
 
-    assert check(after)
     assert not check(before)
 
 
