@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import yaml
 from cryptography import x509
 from kubernetes import client, config
 
-from tests.chart.rendering import CHART, NAMESPACE, RELEASE, run_helm
+from tests.chart.rendering import CHART, NAMESPACE, RELEASE, ROOT, run_helm, template
 from tests.e2e.controlplane import ControlPlane
 
 BIN_ENV = "TOPOGUARD_ENVTEST_BIN"
@@ -137,3 +138,54 @@ def test_upgrade_near_ca_expiry_trusts_old_and_new_ca_during_the_switch(cluster:
     # The next upgrade keeps that bundle (nothing is near expiry any more).
     cluster.install_or_upgrade()
     assert served(cluster) == (new_ca, new_leaf, bundle)
+
+
+def restricted_pod(**container_overrides: Any) -> dict[str, Any]:
+    """A Pod made from the chart's Deployment template (default values)."""
+    deployment = next(o for o in template() if o["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    spec["containers"][0]["securityContext"] |= container_overrides
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "pss-check-" + str(len(container_overrides)), "namespace": NAMESPACE},
+            "spec": spec}
+
+
+@pytest.mark.parametrize(("overrides", "admitted"), [
+    pytest.param({}, True, id="the chart's pod passes PodSecurity restricted"),
+    pytest.param({"allowPrivilegeEscalation": True}, False, id="control: privilege escalation is refused"),
+])
+def test_pod_security_admission_restricted(cluster: Cluster, overrides: dict[str, Any], admitted: bool) -> None:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    try:
+        core = client.CoreV1Api(api)
+        core.patch_namespace(NAMESPACE, {"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest"}}})
+        pod = restricted_pod(**overrides)
+        try:
+            core.create_namespaced_pod(NAMESPACE, pod)
+            outcome = True
+        except client.ApiException as e:
+            assert e.status == 403 and "violates PodSecurity" in str(e.body), e.body
+            outcome = False
+        else:
+            core.delete_namespaced_pod(pod["metadata"]["name"], NAMESPACE)
+    finally:
+        api.close()
+    assert outcome is admitted
+
+
+def test_plain_manifests_apply_to_a_real_apiserver(cluster: Cluster) -> None:
+    # Last in this module: it replaces the Helm release with deploy/install.sh's output.
+    cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
+    manifests = subprocess.run([str(ROOT / "deploy" / "install.sh"), "--dry-run"], capture_output=True, text=True,
+                               check=True, timeout=60).stdout
+    kubectl = ROOT / "bin" / "kubectl"
+    if not kubectl.is_file():
+        pytest.skip("bin/kubectl missing (hack/helm.sh fetches it)")
+    proc = subprocess.run([str(kubectl), "--kubeconfig", str(cluster.kubeconfig), "apply", "-f", "-"],
+                          input=manifests, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    ca, leaf, bundle = served(cluster)
+    assert bundle == [ca]
+    leaf.verify_directly_issued_by(ca)
