@@ -24,6 +24,7 @@ RawObject = dict[str, Any]
 CRD_ESTABLISHED_TIMEOUT_SECONDS = 60.0
 REQUEST_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.2
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 # Built-in kinds the suite writes: (API prefix, plural, namespaced).
 BUILTIN_PATHS: dict[str, tuple[str, str, bool]] = {
@@ -168,14 +169,27 @@ class Cluster:
     def create(self, obj: RawObject, *, dry_run: bool = False) -> tuple[RawObject, list[str]]:
         """Create obj as given; return (the object as the apiserver answered, Warning headers).
 
-        A Node's `status` is written afterwards through the status subresource, as a kubelet would.
+        Nodes get the treatment a kubelet and the node lifecycle controller would give them, since
+        neither runs here: `status` is written through the status subresource, and the
+        `node.kubernetes.io/not-ready:NoSchedule` taint that the TaintNodesByCondition admission
+        plugin puts on every new Node is removed again once the status says Ready.
         """
         query = [("dryRun", "All")] if dry_run else []
         created, warnings = self.request("POST", self.collection_path(obj), obj, query)
         if obj.get("kind") == "Node" and "status" in obj and not dry_run:
-            created["status"] = obj["status"]
-            created, _ = self.request("PUT", f"{self.object_path(obj)}/status", created)
+            created = self._settle_node(created, obj["status"])
         return created, warnings
+
+    def _settle_node(self, node: RawObject, status: RawObject) -> RawObject:
+        node["status"] = status
+        node, _ = self.request("PUT", f"{self.object_path(node)}/status", node)
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+        taints = node.get("spec", {}).get("taints") or []
+        kept = [t for t in taints if t.get("key") != NOT_READY_TAINT]
+        if ready and len(kept) != len(taints):
+            node["spec"]["taints"] = kept
+            node, _ = self.request("PUT", self.object_path(node), node)
+        return node
 
     def get(self, obj: RawObject) -> RawObject | None:
         """The stored object with obj's kind, namespace and name, or None when there is none."""

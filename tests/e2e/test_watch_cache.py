@@ -28,16 +28,16 @@ SYNC_TIMEOUT_SECONDS = 60.0
 UNSYNCED_SAMPLES = 6
 
 
-def poll(what: str, probe: Callable[[], Any], *, timeout: float = PROPAGATION_TIMEOUT_SECONDS) -> Any:
-    """probe() until it returns something truthy; fail with the last value seen."""
+def poll(what: str, probe: Callable[[], tuple[bool, Any]], *, timeout: float = PROPAGATION_TIMEOUT_SECONDS) -> Any:
+    """probe() -> (done, seen) until done; fail showing the last thing seen."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    seen: Any = None
     while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
+        done, seen = probe()
+        if done:
+            return seen
         time.sleep(0.5)
-    pytest.fail(f"{what}: not seen within {timeout:.0f}s (last: {last!r})")
+    pytest.fail(f"{what}: not seen within {timeout:.0f}s (last seen: {seen!r})")
 
 
 def serve_kubeconfig(kubeconfig: Path, log: Path) -> TopoguardServer:
@@ -98,22 +98,26 @@ def test_new_zone_node_then_policy_change_the_next_decision(
     cluster.create({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": namespace, "labels": {"topoguard.io/enabled": "true"}}})
     job = load_job("lab-pytorchjob.yaml", namespace=namespace, job_name="big")
-    # 8 GPUs per worker: no lab node (4 GPUs each) fits, so no zone can take the job yet.
-    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
-        "limits": {"nvidia.com/gpu": 8}}
+    # 2 workers x 8 GPUs: no lab node (4 GPUs each) fits one, so no zone can take the job yet.
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    worker["replicas"] = 2
+    worker["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
     ref = cluster.ref(job)
 
-    poll("/readyz 200 after the first list", lambda: watching_server.get_status("/readyz") == 200,
-         timeout=SYNC_TIMEOUT_SECONDS)
+    def readyz() -> tuple[bool, int | None]:
+        status = watching_server.get_status("/readyz")
+        return status == 200, status
+
+    poll("/readyz 200 after the first list", readyz, timeout=SYNC_TIMEOUT_SECONDS)
     before = watching_server.review("mutate", job, ref)
     assert before["allowed"] is False, before
 
     cluster.create(gpu_node("gpu-c-1", "zone-c", 8))
     cluster.create(gpu_node("gpu-c-2", "zone-c", 8))
 
-    def pinned_to_zone_c() -> Any:
+    def pinned_to_zone_c() -> tuple[bool, Any]:
         response = watching_server.review("mutate", job, ref)
-        return response["allowed"] and "zone-c" in str(response_patch(response)) and response
+        return bool(response["allowed"] and "zone-c" in str(response_patch(response))), response
 
     poll("the job allowed and pinned to the new zone-c", pinned_to_zone_c)
 
@@ -122,9 +126,9 @@ def test_new_zone_node_then_policy_change_the_next_decision(
                     "spec": {"endpointSelector": {},
                              "ingress": [{"fromEndpoints": [{"matchLabels": {"app": "nothing-runs-here"}}]}]}})
 
-    def denied_by_lock_down() -> Any:
+    def denied_by_lock_down() -> tuple[bool, Any]:
         response = watching_server.review("mutate", job, ref)
         message = str(response.get("status", {}).get("message", ""))
-        return not response["allowed"] and "lock-down" in message and response
+        return bool(not response["allowed"] and "lock-down" in message), response
 
     poll("the job denied by the new policy lock-down", denied_by_lock_down)
