@@ -9,6 +9,7 @@ All identity labels of a pod have the `k8s` source, so the identity is a plain k
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -52,6 +53,7 @@ EXCLUDED_LABEL_PATTERNS = tuple(
 CILIUM_OWNED_PREFIX = "io.cilium.k8s"
 
 
+@functools.lru_cache(maxsize=8192)
 def is_identity_label(key: str) -> bool:
     """Whether a pod label with this key survives into the Cilium identity (default filter)."""
     if key.startswith(CILIUM_OWNED_PREFIX):
