@@ -45,10 +45,11 @@ done
 
 if [[ -n "${SKIP_TRAINING_OPERATOR:-}" ]]; then
   log "PyTorchJob CRD only (SKIP_TRAINING_OPERATOR set)"
-  kc apply --server-side -f "https://raw.githubusercontent.com/kubeflow/trainer/${TRAINING_OPERATOR_REF}/manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
+  kc apply --server-side -f "https://raw.githubusercontent.com/kubeflow/training-operator/${TRAINING_OPERATOR_REF}/manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
 else
   log "Kubeflow training operator $TRAINING_OPERATOR_REF"
-  kc apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_REF}"
+  # The v1 operator's documented install (kubeflow/training-operator, now kubeflow/trainer, tag v1.9.x).
+  kc apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_REF}"
   kc -n kubeflow rollout status deployment/training-operator --timeout=300s
 fi
 

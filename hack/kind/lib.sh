@@ -26,12 +26,3 @@ need() {
 }
 
 kc() { kubectl --context "$CONTEXT" "$@"; }
-
-# Wait until `kc get "$@"` prints something non-empty, or fail after $WAIT_SECONDS.
-wait_for() {
-  local deadline=$((SECONDS + ${WAIT_SECONDS:-180}))
-  until [[ -n "$(kc get "$@" 2>/dev/null)" ]]; do
-    ((SECONDS < deadline)) || die "timed out waiting for: kubectl get $*"
-    sleep 2
-  done
-}
