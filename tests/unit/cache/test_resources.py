@@ -1,0 +1,62 @@
+"""The table of watched kinds: URLs, optional CRDs, which pods are kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.cache import resources
+from app.config import Settings
+
+
+def test_every_kind_is_watched_at_its_collection_url() -> None:
+    got = {r.kind: (r.path(r.api_versions[0]), r.optional) for r in resources.build_resources(Settings())}
+
+    assert got == {
+        "Node": ("/api/v1/nodes", False),
+        "Namespace": ("/api/v1/namespaces", False),
+        "Pod": ("/api/v1/pods", False),
+        "NetworkPolicy": ("/apis/networking.k8s.io/v1/networkpolicies", False),
+        "CiliumNetworkPolicy": ("/apis/cilium.io/v2/ciliumnetworkpolicies", True),
+        "CiliumClusterwideNetworkPolicy": ("/apis/cilium.io/v2/ciliumclusterwidenetworkpolicies", True),
+        "CiliumCIDRGroup": ("/apis/cilium.io/v2/ciliumcidrgroups", True),
+    }
+
+
+def test_cidr_groups_fall_back_to_v2alpha1() -> None:
+    (groups,) = [r for r in resources.build_resources(Settings()) if r.kind == "CiliumCIDRGroup"]
+
+    assert groups.api_versions == ("cilium.io/v2", "cilium.io/v2alpha1")
+
+
+def test_pods_are_filtered_by_the_apiserver_to_bound_non_terminal_ones() -> None:
+    (pods,) = [r for r in resources.build_resources(Settings()) if r.kind == "Pod"]
+
+    assert pods.field_selector == "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def pod(limits: dict[str, str], *, init: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": "n1", "containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if init:
+        spec["initContainers"] = [{"name": "i", "resources": {"limits": init}}]
+    return {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec, "status": {"phase": "Running"}}
+
+
+@pytest.mark.parametrize(
+    "gpu_resources, obj, kept",
+    [
+        pytest.param(("nvidia.com/gpu",), pod({"nvidia.com/gpu": "1"}), True, id="a GPU pod is kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "4"}), False, id="a CPU pod is not kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"nvidia.com/gpu": "0"}), False, id="zero GPUs is not kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"amd.com/gpu": "2"}), False, id="an unconfigured GPU kind is ignored"),
+        pytest.param(("amd.com/gpu", "nvidia.com/gpu"), pod({"amd.com/gpu": "2"}), True,
+                     id="any configured GPU kind keeps the pod"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, init={"nvidia.com/gpu": "1"}), True,
+                     id="an init container holding a GPU keeps the pod"),
+    ],
+)
+def test_which_pods_are_kept(gpu_resources: tuple[str, ...], obj: dict[str, Any], kept: bool) -> None:
+    (pods,) = [r for r in resources.build_resources(Settings(gpu_resources=gpu_resources)) if r.kind == "Pod"]
+
+    assert (pods.project(obj) is not None) == kept
