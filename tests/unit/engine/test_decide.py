@@ -388,3 +388,49 @@ def test_prepare_builds_the_zone_index_once() -> None:
     assert {k: v for k, v in snapshot._memo.items() if k.startswith("engine.")} == {
         k: v for k, v in built.items() if k.startswith("engine.")
     }
+
+
+def index_quarantine(index: int) -> Any:
+    return make_cnp(
+        "quarantine-worker-3",
+        {
+            "endpointSelector": {
+                "matchLabels": {
+                    "training.kubeflow.org/replica-type": "worker",
+                    "training.kubeflow.org/replica-index": str(index),
+                }
+            },
+            "ingressDeny": [{"fromEndpoints": [{}]}],
+        },
+        namespace=NS,
+    )
+
+
+@pytest.mark.parametrize(
+    "workers, allowed",
+    [
+        pytest.param(4, False, id="a policy on replica-index 3 is found by enumerating the indices"),
+        pytest.param(3, True, id="with three workers there is no index 3 to block"),
+    ],
+)
+def test_policies_on_the_index_label_enumerate_pods(workers: int, allowed: bool) -> None:
+    got = engine.decide(torch(workers=workers, gpus=1), three_zones(policies=[index_quarantine(3)]), Settings())
+    assert got.allowed is allowed
+    assert any("ml/quarantine-worker-3" in r for r in got.reasons) is not allowed
+
+
+def test_missing_policy_kinds_are_a_warning() -> None:
+    base = three_zones()
+    snapshot = Snapshot(nodes=base.nodes, namespaces=base.namespaces, missing_kinds=("CiliumNetworkPolicy",))
+    got = engine.decide(torch(), snapshot, Settings())
+    assert (got.allowed, got.warnings) == (True, ("the cluster snapshot has no CiliumNetworkPolicy",))
+
+
+def test_enumeration_beyond_the_bound_is_a_warning() -> None:
+    group = make_group(make_replica("Master", coordinator=True), make_replica("Worker", count=40), namespace=NS)
+    got = engine.decide(group, three_zones(policies=[index_quarantine(99)]), Settings())
+    assert got.allowed
+    assert got.warnings == (
+        "Worker has 40 pods and policies read training.kubeflow.org/replica-index: only 32 of their indices were "
+        "checked",
+    )
