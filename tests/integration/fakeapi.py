@@ -14,8 +14,10 @@ What it speaks (JSON shapes as the kube-apiserver sends them):
 
 What a test controls: `apply`/`delete` objects, `compact()`, `bookmark()`, `drop_watches()`
 (connection cut mid-stream, no chunked terminator), `fail(...)` (inject HTTP errors),
-`install_cilium`/`uninstall_cilium`, `stop()` (connection refused afterwards); it can read
-`requests` (every request: path, query, Authorization header) and `open_watches()`.
+`watch_error()` (an ERROR event with a Status code ends the stream), `install_cilium` /
+`uninstall_cilium`, `stop()` (connection refused afterwards); it can read `requests` (every
+request: path, query, Authorization header), `open_watches()` and `bookmarks_sent`.
+`running_store(api, tmp_path)` runs a WatchStore against it with fast test timings.
 
     with FakeApiServer() as api:
         api.apply(make_node("gpu-a-1", zone="a", gpus=8))
@@ -113,6 +115,7 @@ class _Watch:
     sock: socket.socket
     bookmark_pending: bool = False
     dropped: bool = False
+    error: dict[str, Any] | None = None  # a Status to send as an ERROR event, ending the stream
 
 
 def _collections() -> list[Collection]:
@@ -307,6 +310,15 @@ class FakeApiServer:
         with self._cond:
             self._failures.clear()
 
+    def watch_error(self, kind: str | None = None, *, code: int = 500) -> int:
+        """End open watches with an ERROR event carrying a Status `code`; returns how many."""
+        with self._cond:
+            hit = [w for w in self._watches if kind in (None, w.collection.kind) and not w.dropped]
+            for w in hit:
+                w.error = status(code, f"injected watch error {code}")
+            self._cond.notify_all()
+            return len(hit)
+
     def bookmark(self, kind: str | None = None) -> None:
         """Send a BOOKMARK (at the current resourceVersion) on the open watches that asked for them."""
         with self._cond:
@@ -412,10 +424,15 @@ class FakeApiServer:
                     while True:
                         if self._stopping or watch.dropped:
                             raise ConnectionAbortedError("dropped")
+                        if watch.error is not None:
+                            break
                         events = list(self._events(coll, position, selector))
                         if events or watch.bookmark_pending or time.monotonic() >= deadline:
                             break
                         self._cond.wait(min(0.2, max(deadline - time.monotonic(), 0.001)))
+                    error, watch.error = watch.error, None
+                    if error is not None:
+                        events = []
                     if events:
                         position = max(e[0] for e in events)
                     bookmark = watch.bookmark_pending and watch.bookmarks and not events
@@ -423,6 +440,9 @@ class FakeApiServer:
                         watch.bookmark_pending = False
                         position = max(position, self._rv)
                     current = self._rv
+                if error is not None:
+                    yield {"type": "ERROR", "object": error}
+                    return
                 for _, event in events:
                     yield event
                 if bookmark:

@@ -101,6 +101,25 @@ def test_http_410_relists(api: FakeApiServer, tmp_path: Path, watch: bool) -> No
     assert detail == "synced"
 
 
+@pytest.mark.parametrize(
+    "code, lists",
+    [
+        pytest.param(500, 1, id="an ERROR event with 500 resumes the watch without a relist"),
+        pytest.param(410, 2, id="an ERROR event with 410 relists"),
+    ],
+)
+def test_watch_error_events(api: FakeApiServer, tmp_path: Path, code: int, lists: int) -> None:
+    api.apply(make_node("gpu-a-1"))
+    with running_store(api, tmp_path) as store:
+        wait_until(lambda: api.open_watches("Node") == 1, what="the node watch")
+        assert api.watch_error("Node", code=code) == 1
+        wait_until(lambda: len(api.requests_for("Node", watch=True)) == 2, what="the node watch to reopen")
+        api.apply(make_node("gpu-a-2"))
+        wait_until(lambda: node_names(store) == ["gpu-a-1", "gpu-a-2"], what="the new node")
+
+    assert node_lists(api) == lists
+
+
 def test_dropped_connection_resumes_from_the_last_resource_version(api: FakeApiServer, tmp_path: Path) -> None:
     api.apply(make_node("gpu-a-1"))
     with running_store(api, tmp_path) as store:
