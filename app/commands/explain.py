@@ -100,6 +100,7 @@ def to_json(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str, An
         "openZones": list(decision.open_zones),
         "warnings": list(decision.warnings),
         "summary": decision.summary,
+        "excludedZones": {z: list(p) for z, p in decision.excluded_zones.items()},
         "patch": list(patch),
     }
 
@@ -145,6 +146,8 @@ def render_text(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str
             out += [f"    problem: {p}" for p in z.problems]
     else:
         out.append("no candidate zone")
+    for zone, problems in sorted(decision.excluded_zones.items()):
+        out += ["", f"{zone}: not a candidate"] + [f"    problem: {p}" for p in problems]
     out.append("")
     if decision.allowed:
         out.append(f"chosen zone: {decision.zone} (zoneStrategy {settings.zone_strategy}, mode {settings.mode})")

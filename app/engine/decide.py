@@ -109,9 +109,14 @@ def _static_label_hints(run: _Run, zone: str, overrides: Mapping[str, str]) -> l
     _, worst = run.checker.check(fixed)
     if worst != "allow":
         return []
+    configured = run.settings.zone_identity_label
     return [
-        f"{key} carries the static label {k}={v}, which the policies read: set zoneIdentityLabel: {k} "
-        f"in the topoguard config, or change the label to {k}={zone}"
+        f"{key} carries the static label {k}={v}, which the policies read: "
+        + (
+            f"set zoneIdentityLabel: {k} in the topoguard config, or change the label to {k}={zone}"
+            if not configured or configured == k
+            else f"change the label to {k}={zone} (zoneIdentityLabel is {configured}, the policies read {k})"
+        )
         for key, k, v in stale
     ]
 
@@ -225,18 +230,31 @@ def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
     run = _start(group, snapshot, settings, strict=False)
     fits = [zones.fit_zone(group, run.index, z, strict=False) for z in run.index.zones]
     candidates = [f for f in fits if f.anchored]
+    excluded = {f.zone: f.problems for f in fits if not f.anchored}
     conflict = _conflict(run, fits)
     if not candidates:
         reasons = {*_no_candidates(run, fits), *([conflict] if conflict else [])}
         return Decision(
-            False, None, (), tuple(sorted(reasons)), warnings=_warnings(run), summary=_summary(None, run, ())
+            False,
+            None,
+            (),
+            tuple(sorted(reasons)),
+            warnings=_warnings(run),
+            summary=_summary(None, run, ()),
+            excluded_zones=excluded,
         )
     reports = tuple(_report(run, f) for f in candidates)
     eligible = [r for r in reports if r.eligible]
     if not eligible:
         reasons = {*_zone_reasons(reports), *([conflict] if conflict else [])}
         return Decision(
-            False, None, reports, tuple(sorted(reasons)), warnings=_warnings(run), summary=_summary(None, run, ())
+            False,
+            None,
+            reports,
+            tuple(sorted(reasons)),
+            warnings=_warnings(run),
+            summary=_summary(None, run, ()),
+            excluded_zones=excluded,
         )
     chosen = _choose(eligible, settings.zone_strategy)
     open_zones = tuple(sorted(r.zone for r in eligible))
@@ -255,6 +273,7 @@ def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
         open_zones=open_zones,
         warnings=_warnings(run),
         summary=_summary(chosen.zone, run, chosen.flows),
+        excluded_zones=excluded,
     )
 
 

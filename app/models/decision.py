@@ -53,3 +53,5 @@ class Decision:
     warnings: tuple[str, ...] = ()
     # Short machine-readable summary for the topoguard.io/decision annotation and metrics.
     summary: str = ""
+    # Zones that are no candidate at all (the GPU replicas cannot use any node there), with why.
+    excluded_zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -434,3 +434,16 @@ def test_enumeration_beyond_the_bound_is_a_warning() -> None:
         "Worker has 40 pods and policies read training.kubeflow.org/replica-index: only 32 of their indices were "
         "checked",
     )
+
+
+def test_zones_without_usable_gpu_nodes_are_listed_as_excluded() -> None:
+    got = engine.decide(lab_group(), LAB, Settings(zone_identity_label="zone"))
+    assert got.excluded_zones == {"zone-b": ("Worker cannot run here: no Ready, schedulable nvidia.com/gpu node",)}
+
+
+def test_static_label_hint_when_another_identity_label_is_configured() -> None:
+    got = engine.decide(lab_group(), LAB, Settings(zone_identity_label="topology-zone"))
+    assert (
+        "zone-a: Master carries the static label zone=zone-b, which the policies read: change the label to "
+        "zone=zone-a (zoneIdentityLabel is topology-zone, the policies read zone)"
+    ) in got.reasons
