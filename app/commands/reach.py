@@ -117,7 +117,7 @@ def render_text(verdict: Verdict, flow: Mapping[str, Any], problems: list[tuple[
         lines.append(f"  {title}: {side.verdict}")
         lines += [_reason_line(r) for r in side.reasons]
     if problems:
-        lines.append("  policy problems in the snapshot:")
+        lines.append("  problems of these policies:")
         lines += [f"    {ref}: {problem}" for ref, problem in problems]
     return "\n".join(lines)
 
@@ -133,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     verdict = check_flow(snapshot, src, dst, ports, protocol, enforcement=cast(PolicyEnforcement, mode))
     flow = {"from": args.src, "to": args.dst, "port": str(ports), "protocol": protocol, "policyEnforcement": mode}
-    problems = policy_problems(snapshot)
+    # Only the problems of policies that took part in this verdict; `explain`/`/map` show the rest.
+    involved = {r.policy for r in verdict.reasons if r.policy}
+    problems = [(ref, problem) for ref, problem in policy_problems(snapshot) if ref in involved]
     render = render_json if args.output == "json" else render_text
     print(render(verdict, flow, problems))
     return EXIT_CODES[verdict.verdict]

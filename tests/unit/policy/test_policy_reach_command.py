@@ -235,3 +235,14 @@ def test_bad_config_is_a_usage_error(cluster: Path, tmp_path: Path, capsys: pyte
         == 2
     )
     assert "policy_enforcement" in capsys.readouterr().err
+
+
+def test_problems_shown_are_those_of_the_deciding_policies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    unrelated = cnp("unrelated", spec=rule(sel(role="db"), ingress=[{"fromEntities": ["nope"]}]))
+    requires = cnp("requires", spec=rule(sel(role="coord"), ingress=[{"fromRequires": [sel(env="prod")]}]))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([*CLUSTER, unrelated, requires]))
+    code = main(reach(path, "--from", f"{NS}/worker-0", "--to", f"{NS}/coord-0", "--port", "23456", "-o", "json"))
+    out = json.loads(capsys.readouterr().out)
+    assert (code, out["verdict"]) == (3, "unknown")
+    assert [p["policy"] for p in out["policyProblems"]] == [f"{NS}/requires"]
