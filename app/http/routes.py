@@ -41,6 +41,8 @@ Operation = Literal["mutate", "validate"]
 REVIEW_PATHS: Mapping[str, Operation] = {"/mutate": "mutate", "/validate": "validate"}
 JSON_CONTENT_TYPE = b"application/json"
 # Metric label values for `kind` are bounded: anything else a caller sends is counted as "other".
+# Caller-controlled strings are clipped before they reach a log line.
+LOGGED_TEXT_CHARS = 253
 KNOWN_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob"})
 
 
@@ -180,7 +182,8 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     except _HTTPProblem as problem:
         metrics.record_review(operation=operation, kind="", outcome="bad-request",
                               duration_seconds=time.perf_counter() - started)
-        log.info("refused review", extra={"status": problem.status, "error": str(problem), "operation": operation})
+        log.info("refused review",
+                 extra={"status": problem.status, "error": str(problem)[:LOGGED_TEXT_CHARS], "operation": operation})
         await _send(send, problem.status, orjson.dumps({"error": str(problem)}), close=problem.close or state.draining)
         return
 
@@ -210,7 +213,8 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
         metrics.record_reasons(_reason_counts(decision))
         metrics.record_blocked_flows(_blocked_flows(decision))
     log_review(
-        uid=request.uid, kind=request.kind.kind, namespace=request.namespace or "", name=request.name or "",
+        uid=request.uid[:LOGGED_TEXT_CHARS], kind=request.kind.kind[:LOGGED_TEXT_CHARS],
+        namespace=(request.namespace or "")[:LOGGED_TEXT_CHARS], name=(request.name or "")[:LOGGED_TEXT_CHARS],
         operation=operation, outcome=outcome, zone=decision.zone if decision else None, duration_seconds=duration,
         message=_denial_message(review),
     )

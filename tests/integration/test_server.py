@@ -8,6 +8,7 @@ except the readiness test, which owns its server.
 from __future__ import annotations
 
 import gc
+import json
 import socket
 import uuid
 from collections.abc import Callable, Iterator
@@ -331,3 +332,18 @@ def test_settle_heap_freezes_the_live_heap(last_full: float, now: float, want_la
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_deeply_nested_job_gets_an_answer_not_a_crash(client: httpx.Client) -> None:
+    job = pytorchjob()
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(900):  # below orjson's 1,024 limit, above Python's default recursion limit
+        node["x"] = {}
+        node = node["x"]
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {"annotations": {}, "deep": deep}
+    review = admission_review(job)
+    body = json.dumps(review).encode()  # orjson refuses to encode this deep; the stdlib encoder does not
+    got = client.post("/mutate", content=body, headers={"content-type": "application/json"})
+    assert got.status_code == 200
+    check_review_envelope(got.json(), review["request"]["uid"])
