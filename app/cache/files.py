@@ -33,8 +33,7 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
         if path.suffix == ".json":
             yield 1, json.loads(text)
             return
-        for i, doc in enumerate(yaml.safe_load_all(text), start=1):
-            yield i, doc
+        yield from enumerate(yaml.safe_load_all(text), start=1)
     except (yaml.YAMLError, ValueError) as e:
         raise SnapshotError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
 

@@ -54,5 +54,5 @@ def test_bad_environment_value_is_a_clear_error() -> None:
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.yaml"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml"):
         load_settings(tmp_path / "nope.yaml", environ={})
