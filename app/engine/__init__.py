@@ -4,6 +4,7 @@ Never does I/O and never sees the live cache: callers pass one immutable `Snapsh
 Must not import kubernetes, fastapi, starlette, uvicorn or prometheus_client (import-linter).
 """
 
-from app.engine.decide import decide, prepare, validate
+from app.engine.decide import decide, prepare
+from app.engine.validation import validate
 
 __all__ = ["decide", "prepare", "validate"]

@@ -10,9 +10,9 @@ PURE: every input is an argument (group, snapshot, settings); the same arguments
 4. Choice among zones that fit and are open (`zoneStrategy`); user pins restrict the candidates.
 
 `decide` is the mutating path (topoguard may add tolerations and the zone identity label);
-`validate` judges the job as written: it must not be splittable across zones and its zone(s)
-must be open. Neither applies deny/warn enforcement: they return allowed=False with reasons and
-the HTTP layer decides what to do with them.
+`validation.validate` judges the job as written with the same building blocks (`start_run`,
+`report_zone`, ...). Neither applies deny/warn enforcement: they return allowed=False with reasons
+and the HTTP layer decides what to do with them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from app.models.job import JobGroup
 
 
 @dataclass
-class _Run:
+class Run:
     """One evaluation: the inputs, the zone index and the shared flow checker."""
 
     group: JobGroup
@@ -55,7 +55,8 @@ def prepare(snapshot: Snapshot, settings: Settings) -> None:
     policy.label_keys_mentioned(snapshot)
 
 
-def _start(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool) -> _Run:
+def start_run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool) -> Run:
+    """Begin one evaluation on the snapshot's memoised zone index with a fresh verdict cache."""
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
     checker = FlowChecker(
         group=group,
@@ -63,7 +64,7 @@ def _start(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: b
         enforcement=settings.policy_enforcement,
         mentioned=policy.label_keys_mentioned(snapshot),
     )
-    return _Run(group, snapshot, settings, strict, index, checker)
+    return Run(group, snapshot, settings, strict, index, checker)
 
 
 def _gpu_breakdown(group: JobGroup) -> str:
@@ -75,10 +76,11 @@ CAPACITY_PREFIX = "needs "
 
 
 def gpus_needed(group: JobGroup) -> int:
+    """GPUs the whole group asks for (every pod of every replica type)."""
     return sum(r.count * r.gpus_per_pod for r in group.replicas)
 
 
-def _capacity_problem(run: _Run, fit: zones.ZoneFit) -> str:
+def _capacity_problem(run: Run, fit: zones.ZoneFit) -> str:
     """The GPU shortfall in words, or an empty string when the pods fit the zone node by node."""
     demands = [
         capacity.PodDemand(r.key, r.count, r.gpus, fit.replicas[r.key].pools)
@@ -94,7 +96,7 @@ def _capacity_problem(run: _Run, fit: zones.ZoneFit) -> str:
     return f"{needed}, but they do not fit node by node (at most {largest} free on one node)"
 
 
-def _static_label_hints(run: _Run, zone: str, overrides: Mapping[str, str]) -> list[str]:
+def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> list[str]:
     """For a blocked zone: template labels holding another zone's name that, set to this zone, open the path."""
     zone_names = set(run.index.zones)
     stale = sorted(
@@ -121,7 +123,8 @@ def _static_label_hints(run: _Run, zone: str, overrides: Mapping[str, str]) -> l
     ]
 
 
-def _report(run: _Run, fit: zones.ZoneFit) -> ZoneReport:
+def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
+    """One zone's row of the map: placement problems, capacity, every flow's verdict, eligibility."""
     overrides = run.overrides(fit.zone)
     checks, network = run.checker.check(overrides)
     problems = list(fit.problems)
@@ -145,7 +148,7 @@ def _report(run: _Run, fit: zones.ZoneFit) -> ZoneReport:
     )
 
 
-def _no_candidates(run: _Run, fits: Sequence[zones.ZoneFit]) -> tuple[str, ...]:
+def _no_candidates(run: Run, fits: Sequence[zones.ZoneFit]) -> tuple[str, ...]:
     """Why no zone can anchor the GPU replicas."""
     if not run.index.zones:
         return (f"no Ready, schedulable node carries the zone label {run.settings.zone_label}",)
@@ -163,7 +166,7 @@ def _no_candidates(run: _Run, fits: Sequence[zones.ZoneFit]) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def _conflict(run: _Run, fits: Sequence[zones.ZoneFit]) -> str:
+def conflict_reason(run: Run, fits: Sequence[zones.ZoneFit]) -> str:
     """The "replicas share no zone" reason, or "" when some zone admits every replica."""
     zones_of = zones.replica_zones(fits)
     if any(all(f.zone in zones_of[r.key] for r in run.group.replicas) for f in fits):
@@ -178,7 +181,7 @@ def _choose(reports: Sequence[ZoneReport], strategy: str) -> ZoneReport:
 
 
 def _tolerations(
-    run: _Run, fits: Mapping[str, zones.ZoneFit], chosen: Iterable[str]
+    run: Run, fits: Mapping[str, zones.ZoneFit], chosen: Iterable[str]
 ) -> dict[str, tuple[Mapping[str, Any], ...]]:
     out: dict[str, tuple[Mapping[str, Any], ...]] = {}
     for replica in run.group.replicas:
@@ -190,7 +193,8 @@ def _tolerations(
     return out
 
 
-def _warnings(run: _Run) -> tuple[str, ...]:
+def warnings_for(run: Run) -> tuple[str, ...]:
+    """What the caller should know even when a zone was chosen (partial enumeration, missing kinds)."""
     out = []
     for key in sorted(run.checker.truncated):
         replica = run.group.replica(key)
@@ -203,7 +207,7 @@ def _warnings(run: _Run) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = lambda problem: True) -> list[str]:
+def zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = lambda problem: True) -> list[str]:
     """`zone-a, zone-c: <problem>`: a problem shared by several zones (policies that do not depend on the
     zone) is said once, naming every zone it applies to."""
     zones_of: dict[str, list[str]] = {}
@@ -213,7 +217,8 @@ def _zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = l
     return [f"{', '.join(where)}: {problem}" for problem, where in zones_of.items()]
 
 
-def _summary(zone: str | None, run: _Run, checks: Sequence[FlowCheck]) -> str:
+def summarize(zone: str | None, run: Run, checks: Sequence[FlowCheck]) -> str:
+    """The short `topoguard.io/decision` annotation value; stable for the same job and snapshot."""
     if zone is None:
         return "denied: no zone fits with open paths"
     return (
@@ -227,11 +232,11 @@ def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
 
     Returns allowed=False with sorted, per-zone reasons when no zone fits and is open.
     """
-    run = _start(group, snapshot, settings, strict=False)
+    run = start_run(group, snapshot, settings, strict=False)
     fits = [zones.fit_zone(group, run.index, z, strict=False) for z in run.index.zones]
     candidates = [f for f in fits if f.anchored]
     excluded = {f.zone: f.problems for f in fits if not f.anchored}
-    conflict = _conflict(run, fits)
+    conflict = conflict_reason(run, fits)
     if not candidates:
         reasons = {*_no_candidates(run, fits), *([conflict] if conflict else [])}
         return Decision(
@@ -239,21 +244,21 @@ def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
             None,
             (),
             tuple(sorted(reasons)),
-            warnings=_warnings(run),
-            summary=_summary(None, run, ()),
+            warnings=warnings_for(run),
+            summary=summarize(None, run, ()),
             excluded_zones=excluded,
         )
-    reports = tuple(_report(run, f) for f in candidates)
+    reports = tuple(report_zone(run, f) for f in candidates)
     eligible = [r for r in reports if r.eligible]
     if not eligible:
-        reasons = {*_zone_reasons(reports), *([conflict] if conflict else [])}
+        reasons = {*zone_reasons(reports), *([conflict] if conflict else [])}
         return Decision(
             False,
             None,
             reports,
             tuple(sorted(reasons)),
-            warnings=_warnings(run),
-            summary=_summary(None, run, ()),
+            warnings=warnings_for(run),
+            summary=summarize(None, run, ()),
             excluded_zones=excluded,
         )
     chosen = _choose(eligible, settings.zone_strategy)
@@ -271,89 +276,7 @@ def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
         tolerations=_tolerations(run, by_zone, spread_over),
         labels={settings.zone_identity_label: chosen.zone} if settings.zone_identity_label else {},
         open_zones=open_zones,
-        warnings=_warnings(run),
-        summary=_summary(chosen.zone, run, chosen.flows),
+        warnings=warnings_for(run),
+        summary=summarize(chosen.zone, run, chosen.flows),
         excluded_zones=excluded,
-    )
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _selects_group(selector: Mapping[str, Any], group: JobGroup) -> bool:
-    match = _dict(selector.get("matchLabels"))
-    expressions = [e for e in selector.get("matchExpressions") or [] if isinstance(e, Mapping)]
-    if not match and not expressions:
-        return False
-    return all(
-        all(r.pod_labels.get(str(k)) == str(v) for k, v in match.items())
-        and all(nodes.match_requirement(e, r.pod_labels) for e in expressions)
-        for r in group.replicas
-    )
-
-
-def is_colocated(group: JobGroup, zone_label: str) -> bool:
-    """Whether every replica requires podAffinity to the whole group over the zone topology."""
-    for replica in group.replicas:
-        affinity = _dict(_dict(_dict(replica.template.get("spec")).get("affinity")).get("podAffinity"))
-        terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if not isinstance(terms, list) or not any(
-            isinstance(t, Mapping)
-            and t.get("topologyKey") == zone_label
-            and _selects_group(_dict(t.get("labelSelector")), group)
-            for t in terms
-        ):
-            return False
-    return True
-
-
-def _split_reason(run: _Run, zones_of: Mapping[str, Sequence[str]]) -> str:
-    where = "; ".join(f"{k} can run in {', '.join(v)}" for k, v in sorted(zones_of.items()) if len(v) > 1)
-    return (
-        f"the group can be split across zones ({where}): pin every replica to one zone "
-        f"({run.settings.zone_label}) or let the mutating webhook do it"
-    )
-
-
-def validate(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
-    """Judge the job as written (validating webhook): one zone for the whole group, and it is open.
-
-    Strict: no tolerations or labels are added. The group must be unable to split across zones
-    (every replica restricted to the same single zone, or podAffinity over the zone topology), every
-    zone it can land in must have open paths, and every replica must be able to run there. A GPU
-    shortfall is only a warning here: the pods would wait, not break.
-    """
-    run = _start(group, snapshot, settings, strict=True)
-    fits = [zones.fit_zone(group, run.index, z, strict=True) for z in run.index.zones]
-    zones_of = zones.replica_zones(fits)
-    common = [f for f in fits if all(f.zone in zones_of[r.key] for r in group.replicas)]
-    if not common:
-        conflict = _conflict(run, fits) or "no zone admits every replica"
-        anchored = [_report(run, f) for f in fits if f.anchored]
-        reasons = {conflict, *_zone_reasons(anchored, lambda p: "cannot run here" in p)}
-        return Decision(False, None, tuple(anchored), tuple(sorted(reasons)), summary="denied: replicas share no zone")
-    pods = sum(r.count for r in group.replicas)
-    reachable = {z for v in zones_of.values() for z in v}
-    colocated = is_colocated(group, settings.zone_label)
-    if len(reachable) > 1 and pods > 1 and not colocated:
-        reports = tuple(_report(run, f) for f in common)
-        return Decision(False, None, reports, (_split_reason(run, zones_of),), summary="denied: group can be split")
-    reports = tuple(_report(run, f) for f in common)
-    blocked = [r for r in reports if r.network != "allow"]
-    if blocked:
-        blocking = _zone_reasons(blocked, lambda p: not p.startswith(CAPACITY_PREFIX))
-        return Decision(
-            False, None, reports, tuple(sorted(blocking)), warnings=_warnings(run), summary="denied: paths not open"
-        )
-    short = [f"{r.zone}: {p}" for r in reports for p in r.problems]
-    zone = reports[0].zone if len(reports) == 1 else None
-    return Decision(
-        allowed=True,
-        zone=zone,
-        zones=reports,
-        reasons=(),
-        open_zones=tuple(r.zone for r in reports),
-        warnings=tuple(sorted(short)) + _warnings(run),
-        summary=_summary(zone, run, reports[0].flows) if zone else "colocated: " + ",".join(r.zone for r in reports),
     )
