@@ -48,10 +48,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 NS = "ml"
+OPTED_OUT = "sandbox"  # no topoguard.io/enabled label: reviews there skip the decision
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 READY_TIMEOUT_SECONDS = 120.0
 TARGET_VS_ECHO = 0.5
 TARGET_5K_VS_60 = 0.8
+SKIPPED = "topoguard 5,000 nodes, decision skipped"
 
 
 # --- the generated cluster and review ------------------------------------------------------------
@@ -112,6 +114,8 @@ def cluster(nodes: int, policies: int) -> dict[str, Any]:
          "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, "topoguard.io/enabled": "true"}}}
         for name in (NS, "kube-system", *(f"team-{t}" for t in range(50)))
     ]
+    objects.append({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": OPTED_OUT, "labels": {"kubernetes.io/metadata.name": OPTED_OUT}}})
     objects += [node(i) for i in range(nodes)]
     objects += [busy_pod(i) for i in range(nodes) if (i // len(ZONES)) % 3 == 0]  # half the GPU nodes hold 4
     objects += [policy(i) for i in range(policies)]
@@ -156,13 +160,14 @@ def job() -> dict[str, Any]:
     return body
 
 
-def review() -> dict[str, Any]:
+def review(namespace: str = NS) -> dict[str, Any]:
     obj = job()
+    obj["metadata"]["namespace"] = namespace
     gvk = {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}
     gvr = {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "0b1e5ab4-9d0c-4f7e-8f55-bench00000001", "kind": gvk, "resource": gvr, "requestKind": gvk,
-        "requestResource": gvr, "name": "llm", "namespace": NS, "operation": "CREATE",
+        "requestResource": gvr, "name": "llm", "namespace": namespace, "operation": "CREATE",
         "userInfo": {"username": "alice", "uid": "u-1", "groups": ["research", "system:authenticated"]},
         "object": obj, "oldObject": None, "dryRun": False,
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": "kubectl"}}}
@@ -232,6 +237,15 @@ def post_once(port: int, body: bytes, ctx: ssl.SSLContext) -> dict[str, Any]:
 
 
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def lua(path: Path, body_file: Path) -> Path:
+    """A wrk script that POSTs the file's bytes as application/json on every request."""
+    path.write_text(
+        f'local f = assert(io.open("{body_file}", "rb"))\nwrk.body = f:read("*a")\nf:close()\n'
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+    )
+    return path
 
 
 def wrk(port: int, script: Path, *, duration: int, connections: int) -> dict[str, float]:
@@ -324,11 +338,10 @@ def main() -> int:
         body = review()
         body_file = tmp / "review.json"
         body_file.write_bytes(json.dumps(body, separators=(",", ":")).encode())
-        script = tmp / "post.lua"
-        script.write_text(
-            f'local f = assert(io.open("{body_file}", "rb"))\nwrk.body = f:read("*a")\nf:close()\n'
-            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-        )
+        script = lua(tmp / "post.lua", body_file)
+        skip_file = tmp / "review-skip.json"
+        skip_file.write_bytes(json.dumps(review(OPTED_OUT), separators=(",", ":")).encode())
+        skip_script = lua(tmp / "post-skip.lua", skip_file)
         size_kib = body_file.stat().st_size / 1024
         print(f"review: 16-replica PyTorchJob, {size_kib:.1f} KiB; cluster: 5,000 or 60 nodes x 1,000 policies; "
               f"wrk -t1 -c{opts.connections} -d{duration}s keep-alive over TLS; server on CPU 0, wrk on CPU 1")
@@ -360,14 +373,18 @@ def main() -> int:
                 response = post_once(port, body_file.read_bytes(), ctx)["response"]
                 if "topoguard" in name and not (response.get("allowed") and response.get("patch")):
                     raise RuntimeError(f"{name}: expected a patched answer, got {json.dumps(response)[:300]}")
-            print(f"{'server':<32} {'round':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+            print(f"{'server':<40} {'round':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+            # The same 5,000-node server once more with a review it skips (namespace not opted in):
+            # everything but the decision, i.e. what the HTTP layer itself costs next to the echo app.
+            targets = [(server.name, server, script) for server in servers]
+            targets.insert(2, (SKIPPED, servers[1], skip_script))
             for round_number in range(1, opts.rounds + 1):
-                for server in servers:
-                    got = wrk(server.port, script, duration=duration, connections=opts.connections)
-                    print(f"{server.name:<32} {round_number:>5} {got['rps']:>9.0f} {got['p50_ms']:>8.2f} "
+                for name, server, wrk_script in targets:
+                    got = wrk(server.port, wrk_script, duration=duration, connections=opts.connections)
+                    print(f"{name:<40} {round_number:>5} {got['rps']:>9.0f} {got['p50_ms']:>8.2f} "
                           f"{got['p99_ms']:>8.2f} {got['non2xx'] + got['socket_errors']:>7.0f}")
-                    if server.name not in results or got["rps"] > results[server.name]["rps"]:
-                        results[server.name] = got
+                    if name not in results or got["rps"] > results[name]["rps"]:
+                        results[name] = got
             print(f"{'server':<32} {'ready s':>8} {'RSS MiB':>8} {'peak MiB':>9}")
             for server in servers:
                 rss, peak = server.rss_mib()
@@ -384,6 +401,9 @@ def main() -> int:
               f"{'ok' if vs_echo >= TARGET_VS_ECHO else 'MISSED'}")
         print(f"ratio 5,000-node / 60-node throughput  = {vs_small:.2f}  (target >= {TARGET_5K_VS_60}) "
               f"{'ok' if vs_small >= TARGET_5K_VS_60 else 'MISSED'}")
+        skipped = results[SKIPPED]["rps"]
+        print(f"ratio HTTP layer alone (decision skipped) / echo = {skipped / echo:.2f}; the decision itself costs "
+              f"{(1 / big - 1 / skipped) * 1000:.2f} ms of server time per review")
         if "topoguard 5,000 nodes, inline" in results:
             inline = results["topoguard 5,000 nodes, inline"]["rps"]
             print(f"decisions on a thread (default) vs inline on the loop: {big:.0f} vs {inline:.0f} req/s "
