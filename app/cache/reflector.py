@@ -103,6 +103,7 @@ class KindCache:
         self.api_version = api_version or resource.api_versions[0]
         self.items: dict[str, Any] = {}
         self.resource_version = ""
+        self.generation = 0  # bumped on every content change, so readers can reuse what they built
 
     def _typed(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         # NB: items of a built-in List carry no kind/apiVersion; projections need them.
@@ -119,10 +120,13 @@ class KindCache:
         key = object_key(obj)
         projection = None if event_type == DELETED else self.project(obj)
         if projection is None:
-            return self.items.pop(key, None) is not None
-        if self.items.get(key) == projection:
+            if self.items.pop(key, None) is None:
+                return False
+        elif self.items.get(key) == projection:
             return False
-        self.items[key] = projection
+        else:
+            self.items[key] = projection
+        self.generation += 1
         return True
 
 

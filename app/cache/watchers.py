@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import MappingProxyType
+from typing import Any
 
 import yaml
 from kubernetes import client, config
@@ -27,7 +28,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from app.cache import resources
 from app.cache.errors import CacheNotReadyError, ClientConfigError
-from app.cache.reflector import Reflector, WatchTuning
+from app.cache.reflector import KindCache, Reflector, WatchTuning
 from app.cache.store import SyncStatus
 from app.config import Settings
 from app.models.cluster import Snapshot
@@ -97,6 +98,7 @@ class WatchStore:
         self._subscribers: list[Callable[[Snapshot], None]] = []
         self._snapshot: Snapshot | None = None  # swapped atomically; None until the first sync
         self._revision = 0
+        self._built: dict[str, tuple[KindCache, int, tuple[Any, ...]]] = {}  # kind -> (cache, generation, values)
         self._published_at = time.monotonic()
 
     # -- Store -----------------------------------------------------------------------------
@@ -193,18 +195,25 @@ class WatchStore:
             self._notify(callback, snapshot)
 
     def _build(self) -> Snapshot:
-        with self._lock:  # copy under the lock, sort outside it
-            copied = {r.resource.kind: list(r.cache.items.items()) for r in self._reflectors}
+        """A new Snapshot; kinds that did not change since the last one reuse its tuples."""
+        copied: dict[str, tuple[KindCache, int, list[tuple[str, Any]]]] = {}
+        with self._lock:  # copy what changed under the lock, sort outside it
+            for r in self._reflectors:
+                built = self._built.get(r.resource.kind)
+                if built is None or built[0] is not r.cache or built[1] != r.cache.generation:
+                    copied[r.resource.kind] = (r.cache, r.cache.generation, list(r.cache.items.items()))
             absent = tuple(r.resource.kind for r in self._reflectors if r.absent)
-        held = {kind: sorted(items, key=lambda kv: kv[0]) for kind, items in copied.items()}
+        for kind, (cache, generation, items) in copied.items():
+            items.sort(key=lambda kv: kv[0])
+            self._built[kind] = (cache, generation, tuple(v for _, v in items))
+        held = {kind: built[2] for kind, built in self._built.items()}
         self._revision += 1
-        policies = [p for kind in POLICY_KINDS for _, p in held[kind]]
         return Snapshot(
-            nodes=tuple(v for _, v in held["Node"]),
-            namespaces=MappingProxyType({v.name: v for _, v in held["Namespace"]}),
-            pods=tuple(v for _, v in held["Pod"]),
-            policies=tuple(policies),
-            cidr_groups=MappingProxyType({v.name: v for _, v in held["CiliumCIDRGroup"]}),
+            nodes=held["Node"],
+            namespaces=MappingProxyType({v.name: v for v in held["Namespace"]}),
+            pods=held["Pod"],
+            policies=tuple(p for kind in POLICY_KINDS for p in held[kind]),
+            cidr_groups=MappingProxyType({v.name: v for v in held["CiliumCIDRGroup"]}),
             revision=f"watch-{self._revision}",
             missing_kinds=absent,
         )
