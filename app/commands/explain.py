@@ -23,7 +23,7 @@ from app import engine, jobs
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, Settings, load_settings
 from app.engine import patches
-from app.engine.flows import describe_flow, describe_reason, describe_side
+from app.engine.flows import describe_flow, describe_reason, describe_sides
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
 
@@ -117,9 +117,7 @@ def _yes(flag: bool) -> str:
 def _flow_lines(check: FlowCheck) -> list[str]:
     v = check.verdict
     lines = [f"    {v.verdict:<7} {describe_flow(check.flow)}  [{check.flow.purpose}]"]
-    lines += [
-        f"              {describe_side(name, side)}" for name, side in (("egress", v.egress), ("ingress", v.ingress))
-    ]
+    lines += [f"              {text}" for text in describe_sides(v)]
     return lines
 
 

@@ -16,7 +16,7 @@ Cost control:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app import policy
@@ -147,7 +147,7 @@ def describe_side(side: str, verdict: SideVerdict) -> str:
         allowing = [r for r in named if r.effect == "allow"]
         if allowing:
             return f"{side} allowed by {_refs(allowing, with_rule=True)}"
-        return f"{side} not enforced (no policy selects the pod for {side})"
+        return f"{side} not enforced (no policy selects the pod in this direction)"
     if verdict.verdict == "deny":
         denying = [r for r in named if r.effect == "deny"]
         if denying:
@@ -164,17 +164,22 @@ def describe_side(side: str, verdict: SideVerdict) -> str:
     return f"{side} cannot be evaluated: {why or 'unknown'}"
 
 
-def blocking_reasons(verdict: Verdict) -> tuple[str, ...]:
-    """The sides that made a flow deny or unknown (never the allowing side); one line when both say the same."""
-    sides = [
-        (name, side)
-        for name, side in (("egress", verdict.egress), ("ingress", verdict.ingress))
-        if side.verdict == verdict.verdict
-    ]
+def _say_once(sides: Sequence[tuple[str, SideVerdict]]) -> tuple[str, ...]:
     texts = [describe_side(name, side) for name, side in sides]
     if len(texts) == 2 and texts[0].removeprefix("egress") == texts[1].removeprefix("ingress"):
         return ("egress and ingress" + texts[0].removeprefix("egress"),)
     return tuple(texts)
+
+
+def describe_sides(verdict: Verdict) -> tuple[str, ...]:
+    """Both sides of a flow, one line each (one line in all when both say the same)."""
+    return _say_once((("egress", verdict.egress), ("ingress", verdict.ingress)))
+
+
+def blocking_reasons(verdict: Verdict) -> tuple[str, ...]:
+    """The sides that made a flow deny or unknown (never the allowing side); said once when both agree."""
+    sides = (("egress", verdict.egress), ("ingress", verdict.ingress))
+    return _say_once([(name, side) for name, side in sides if side.verdict == verdict.verdict])
 
 
 def describe_check(check: FlowCheck) -> str:

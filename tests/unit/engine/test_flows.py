@@ -129,10 +129,17 @@ def test_blocking_reasons(verdict: Verdict, want: tuple[str, ...]) -> None:
         ),
         pytest.param(
             SideVerdict("allow", (NOT_ENFORCED,)),
-            "egress not enforced (no policy selects the pod for egress)",
+            "egress not enforced (no policy selects the pod in this direction)",
             id="no policy selects the pod",
         ),
     ],
 )
 def test_describe_side(side: SideVerdict, want: str) -> None:
     assert flows.describe_side("egress", side) == want
+
+
+def test_describe_sides_says_a_shared_state_once() -> None:
+    quiet = Verdict("allow", SideVerdict("allow", (NOT_ENFORCED,)), SideVerdict("allow", (NOT_ENFORCED,)))
+    assert flows.describe_sides(quiet) == (
+        "egress and ingress not enforced (no policy selects the pod in this direction)",
+    )
