@@ -224,7 +224,7 @@ def _peers(name: str, raw: Any, where: str, ctx: _Context) -> Peers:
         return Peers(selectors=tuple(scope_peer(s, policy_namespace=ctx.namespace) for s in selectors))
     if name in ("fromEntities", "toEntities"):
         for entity in items:
-            if entity not in ENTITY_MATCHES_POD:
+            if not isinstance(entity, str) or entity not in ENTITY_MATCHES_POD:
                 raise InvalidPolicy(f"{where}: unknown entity {entity!r}")
         return Peers(entities=tuple(items))
     if name == "toServices":
@@ -324,7 +324,7 @@ def _l7_conditions(
 def _allows_every_request(rules: Mapping[str, Any]) -> bool:
     """An `http: [{}]` rule or `dns: [{matchPattern: "*"}]` lets every request through."""
     kinds = {k: v for k, v in rules.items() if v}
-    if set(kinds) - {"http", "dns"}:
+    if set(kinds) - {"http", "dns"} or not all(isinstance(v, list) for v in kinds.values()):
         return False
     http_ok = "http" not in kinds or any(isinstance(r, Mapping) and not r for r in kinds["http"])
     dns_ok = "dns" not in kinds or any(isinstance(r, Mapping) and r.get("matchPattern") == "*" for r in kinds["dns"])

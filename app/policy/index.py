@@ -22,7 +22,7 @@ from app.models.cluster import PolicyObject, Snapshot
 from app.policy.cilium import CCNP, CNP, compile_cilium
 from app.policy.knp import KIND as KNP
 from app.policy.knp import compile_knp
-from app.policy.rules import CompiledPolicy, Rule
+from app.policy.rules import DIRECTIONS, CompiledPolicy, Rule
 from app.policy.selectors import POD_SOURCES
 
 MEMO_KEY = "policy-index"
@@ -83,10 +83,16 @@ class PolicyIndex:
 
 def compile_policy(policy: PolicyObject) -> CompiledPolicy:
     """Compile one policy object of any supported kind; never raises."""
-    if policy.kind in (CNP, CCNP):
-        return compile_cilium(policy)
-    if policy.kind == KNP:
-        return compile_knp(policy)
+    try:
+        if policy.kind in (CNP, CCNP):
+            return compile_cilium(policy)
+        if policy.kind == KNP:
+            return compile_knp(policy)
+    except Exception as e:  # NB: a shape the compilers missed must not take the webhook down
+        why = f"unsupported: the policy could not be read ({type(e).__name__}: {e})"
+        namespace = None if policy.kind == CCNP else policy.namespace
+        rule = Rule(policy.ref, policy.kind, "spec", None, namespace, directions=frozenset(DIRECTIONS), uncertain=why)
+        return CompiledPolicy(policy.ref, policy.kind, (rule,), (why,))
     return CompiledPolicy(policy.ref, policy.kind, (), (f"unsupported: kind {policy.kind} is not evaluated",))
 
 

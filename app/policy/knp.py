@@ -60,7 +60,7 @@ def _compile(policy: PolicyObject, spec: Mapping[str, Any], problems: list[str],
         raise InvalidPolicy("spec.podSelector is required")
     subject = _subject(policy, spec.get("podSelector"))
     types = spec.get("policyTypes")
-    if types is not None and (not isinstance(types, list) or not set(types) <= {"Ingress", "Egress"}):
+    if types is not None and (not isinstance(types, list) or any(t not in ("Ingress", "Egress") for t in types)):
         raise InvalidPolicy("spec.policyTypes: must be a list of Ingress and Egress")
     entries: dict[Direction, tuple[Entry, ...]] = {}
     enforces: set[Direction] = set()

@@ -96,7 +96,7 @@ def parse_cilium_port(raw: Any, where: str) -> PortSpec:
     if unknown:
         raise InvalidPolicy(f"{where}: unknown field(s) {', '.join(unknown)}")
     protocol = raw.get("protocol") or "ANY"
-    if protocol not in CNP_PROTOCOLS:
+    if not isinstance(protocol, str) or protocol not in CNP_PROTOCOLS:
         raise InvalidPolicy(f"{where}.protocol: {protocol!r} is not one of TCP, UDP, SCTP, ANY")
     port = raw.get("port")
     if port is None or port == "":
@@ -118,7 +118,7 @@ def parse_knp_port(raw: Any, where: str) -> PortSpec:
     if unknown:
         raise InvalidPolicy(f"{where}: unknown field(s) {', '.join(unknown)}")
     protocol = raw.get("protocol") or "TCP"
-    if protocol not in KNP_PROTOCOLS:
+    if not isinstance(protocol, str) or protocol not in KNP_PROTOCOLS:
         raise InvalidPolicy(f"{where}.protocol: {protocol!r} is not one of TCP, UDP, SCTP")
     port = raw.get("port")
     end = _end_port(raw.get("endPort"), f"{where}.endPort")
