@@ -28,7 +28,12 @@ def unique(prefix: str) -> str:
 
 
 def templates(job: kube.RawObject) -> dict[str, dict[str, Any]]:
-    return {role: spec["template"] for role, spec in job["spec"]["pytorchReplicaSpecs"].items()}
+    """Every replica's pod template by role: `<x>ReplicaSpecs` maps (Kubeflow) or JobSet replicatedJobs."""
+    spec = job["spec"]
+    if "replicatedJobs" in spec:
+        return {rj["name"]: rj["template"]["spec"]["template"] for rj in spec["replicatedJobs"]}
+    (replicas,) = [v for k, v in spec.items() if k.endswith("ReplicaSpecs")]
+    return {role: replica["template"] for role, replica in replicas.items()}
 
 
 def zone_terms(template: dict[str, Any]) -> list[list[dict[str, Any]]]:
@@ -77,6 +82,34 @@ def test_opted_in_lab_job_is_stored_pinned_to_zone_a_with_nothing_pruned(
                for t in master_tolerations), master_tolerations
     # The user's own constraints stay.
     assert templates(stored)["Worker"]["spec"]["nodeSelector"] == {"gpu": "true"}
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        pytest.param("tfjob-gpu.yaml", id="TFJob: every replica stored pinned to zone-a"),
+        pytest.param("mpijob-gpu.yaml", id="MPIJob v2beta1: every replica stored pinned to zone-a"),
+        pytest.param("jobset-gpu.yaml", id="JobSet: every replicated job stored pinned to zone-a"),
+    ],
+)
+def test_job_kind_is_stored_pinned_to_the_gpu_zone_with_nothing_pruned(
+    admission: kube.Cluster, webhook_server: TopoguardServer, fixture: str
+) -> None:
+    job = load_job(fixture, namespace="ml-open", job_name=unique("kind"))
+    expected = expected_after_webhook(webhook_server, admission, job)
+
+    admission.create(job)
+    stored = admission.get(job)
+
+    assert stored is not None
+    assert missing_from(expected["spec"], stored["spec"]) == []
+    assert stored["metadata"].get("annotations", {}).get(ZONE_ANNOTATION) == "zone-a"
+    for role, template in templates(stored).items():
+        terms = zone_terms(template)
+        assert terms, f"{role}: no required nodeAffinity stored"
+        for expressions in terms:
+            assert {"key": ZONE_LABEL, "operator": "In", "values": ["zone-a"]} in expressions, role
+        assert template["metadata"]["labels"]["zone"] == "zone-a", role
 
 
 @pytest.mark.parametrize(
