@@ -62,6 +62,8 @@ class PolicyIndex:
     policies: tuple[CompiledPolicy, ...]
     buckets: Mapping[str, _Bucket]
     label_keys: frozenset[str]
+    # Container port name → the numbers pods of the snapshot give it (egress named-port ambiguity).
+    port_names: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
     def rules_for(self, identity: Mapping[str, str], namespace: str) -> list[Rule]:
         """Every rule (certain or not) whose subject selects a pod with `identity` in `namespace`."""
@@ -133,7 +135,17 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
     keys: set[str] = set()
     for obj in snapshot.policies:
         _selector_keys(obj.body, keys)
-    return PolicyIndex(compiled, dict(buckets), frozenset(_strip_source(k) for k in keys))
+    port_names: dict[str, set[int]] = defaultdict(set)
+    for pod in snapshot.pods:
+        for container_port in pod.ports:
+            if container_port.name:
+                port_names[container_port.name.lower()].add(container_port.port)
+    return PolicyIndex(
+        compiled,
+        dict(buckets),
+        frozenset(_strip_source(k) for k in keys),
+        {name: frozenset(numbers) for name, numbers in port_names.items()},
+    )
 
 
 def label_keys_mentioned(snapshot: Snapshot) -> frozenset[str]:

@@ -59,6 +59,7 @@ class _Side:
     peer: Endpoint
     rules: tuple[Rule, ...]
     enforcement: PolicyEnforcement
+    port_names: Mapping[str, frozenset[int]]
 
     @property
     def title(self) -> str:
@@ -101,8 +102,8 @@ def check_flow(
     index = build_index(snapshot)
     src_identity, dst_identity = identity_labels(src), identity_labels(dst)
     sides = (
-        _Side("egress", src, dst, tuple(index.rules_for(src_identity, src.namespace)), enforcement),
-        _Side("ingress", dst, src, tuple(index.rules_for(dst_identity, dst.namespace)), enforcement),
+        _Side("egress", src, dst, tuple(index.rules_for(src_identity, src.namespace)), enforcement, index.port_names),
+        _Side("ingress", dst, src, tuple(index.rules_for(dst_identity, dst.namespace)), enforcement, index.port_names),
     )
     peer_identities = (dst_identity, src_identity)
     protocols = ("TCP", "UDP", "SCTP") if protocol == "ANY" else (protocol,)
@@ -148,6 +149,7 @@ def _collect(
             match, why = entry.peers.match(peer_identity, side.peer.namespace)
             if match == "no":
                 continue
+            why += _named_port_note(side, entry)
             if entry.ports is None:
                 spans = [portsets.ALL]
             else:
@@ -161,6 +163,21 @@ def _collect(
                     reason = why if match == "maybe" else "; ".join(entry.conditions)
                     coverage.allow_conditional.append(_Hit(span, entry, rule, reason))
     return coverage
+
+
+def _named_port_note(side: _Side, entry: Entry) -> str:
+    """§4.8: before 2026 Cilium resolved egress port names node-wide, not per destination."""
+    if side.direction != "egress" or not entry.ports:
+        return ""
+    ambiguous = sorted(
+        f"{spec.name}={'/'.join(map(str, sorted(side.port_names[spec.name])))}"
+        for spec in entry.ports
+        if spec.name and len(side.port_names.get(spec.name, ())) > 1
+    )
+    if not ambiguous:
+        return ""
+    return (f"; NB: approximate, port name(s) {', '.join(ambiguous)} map to several numbers in this cluster and "
+            "older Cilium resolves egress port names node-wide")
 
 
 def _judge(

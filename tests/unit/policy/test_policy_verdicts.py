@@ -859,3 +859,18 @@ def test_unknowns(case: Case) -> None:
 def test_bad_arguments_raise_value_error(ports: PortRange, protocol: str, enforcement: str) -> None:
     with pytest.raises(ValueError):
         check_flow(snapshot(), WORKER, COORD, ports, protocol, enforcement=enforcement)  # type: ignore[arg-type]
+
+
+def test_egress_named_port_mapped_to_several_numbers_is_flagged_approximate() -> None:
+    pods = [
+        {"kind": "Pod", "metadata": {"name": n, "namespace": NS},
+         "spec": {"containers": [{"name": "c", "ports": [{"name": "rdzv", "containerPort": number}]}]}}
+        for n, number in (("a", 23456), ("b", 29500))
+    ]
+    policy = egress_of_worker({"toPorts": [{"ports": [port("rdzv", "TCP")]}]})
+    verdict = check_flow(snapshot(policy, *pods), WORKER, COORD, RDZV, "TCP")
+    assert verdict.verdict == "allow"
+    (egress_allow,) = verdict.egress.reasons
+    assert "approximate, port name(s) rdzv=23456/29500" in egress_allow.message
+    plain = check_flow(snapshot(policy), WORKER, COORD, RDZV, "TCP")
+    assert "approximate" not in plain.egress.reasons[0].message
