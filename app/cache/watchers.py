@@ -62,6 +62,9 @@ def build_api_client(kubeconfig: str | None, *, pool_size: int) -> client.ApiCli
         raise ClientConfigError(f"cannot configure the Kubernetes client from {where}: {e}") from e
     # One long-lived connection per watch, plus room for relists.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, pool_size)
+    # TCP keepalive as client-go dials (30 s idle): a half-open watch is noticed in minutes, not when
+    # its read timeout finally expires. Clients older than this option ignore the attribute.
+    configuration.keep_alive = True
     return client.ApiClient(configuration)
 
 

@@ -241,6 +241,7 @@ def test_old_snapshots_never_change(api: FakeApiServer, tmp_path: Path) -> None:
 
     assert (node_names(before), node_names(after)) == (names_before, ["gpu-b-1"])
     assert before.revision != after.revision
+    assert after.pods is before.pods  # kinds that did not change are shared, not copied
     assert isinstance(before.namespaces, MappingProxyType) and isinstance(before.nodes, tuple)
     with pytest.raises(TypeError):
         before.namespaces["x"] = before.namespaces["train"]  # type: ignore[index]
