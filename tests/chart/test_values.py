@@ -62,6 +62,19 @@ def test_impossible_combinations_fail_with_a_message(render: Render, values: dic
         render(values=values)
 
 
+@pytest.mark.parametrize(("version", "ok"), [
+    pytest.param("1.29.9", False, id="1.29 is refused: no preStop sleep action"),
+    pytest.param("1.30.0", True, id="1.30 is the oldest supported"),
+    pytest.param("1.37.0", True, id="the newest schema kubernetes-validate knows"),
+])
+def test_kube_version_floor(render: Render, version: str, ok: bool) -> None:
+    if ok:
+        assert render(extra=["--kube-version", version])
+    else:
+        with pytest.raises(HelmError, match="kubeVersion"):
+            render(extra=["--kube-version", version])
+
+
 def value_paths(values: dict[str, Any], schema: dict[str, Any], prefix: str = "") -> list[str]:
     """Dotted paths of every key in values.yaml, descending only into objects the schema spells out.
 
