@@ -10,6 +10,22 @@ The public API (other packages import only these names):
 
 Pure: no I/O, no Kubernetes client. The semantics follow research/cilium-semantics.md; each module
 names the sections it implements.
+
+What the evaluator assumes about the cluster (none of it is in the snapshot):
+
+- Cilium >= 1.16 with `enable-non-default-deny-policies` on (`enableDefaultDeny` is honoured), one
+  cluster named `default`, the default identity-relevant label filter, the L7 proxy enabled, no
+  policy audit mode, `policy-cidr-match-mode` unset (CIDR, FQDN and node peers never match a pod).
+- `fromNodes`/`toNodes` policies are valid (`enable-node-selector-labels` on); they match no pod.
+- Anything whose outcome depends on the Cilium version or on objects the snapshot lacks is
+  `unknown`, never guessed: `fromRequires`/`toRequires` (removed in 1.19), namespace-label peers
+  of a CNP across namespaces, `toServices`, L7 / authentication / listener conditions,
+  hostNetwork pods, and policies Cilium rejects as invalid or that carry unknown fields — those
+  make every side they may select `unknown` (an explicit deny from a valid policy still wins).
+
+Module map: `selectors` (label selectors, peer scoping), `identity` (a pod's identity labels),
+`ports` (port sets and interval arithmetic), `rules` (compiled types), `cilium` and `knp`
+(compilers and validation), `index` (per-snapshot index), `verdicts` (`check_flow`).
 """
 
 from app.policy.identity import endpoint_for_pod
