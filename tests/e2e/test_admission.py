@@ -82,6 +82,28 @@ def test_opted_in_lab_job_is_stored_pinned_to_zone_a_with_nothing_pruned(
                for t in master_tolerations), master_tolerations
     # The user's own constraints stay.
     assert templates(stored)["Worker"]["spec"]["nodeSelector"] == {"gpu": "true"}
+    # Reinvocation (reinvocationPolicy IfNeeded) sends the patched job again: nothing more to do.
+    assert response_patch(webhook_server.review("mutate", expected, admission.ref(expected))) == []
+
+
+def test_update_that_splits_a_pinned_job_is_refused_by_the_validating_webhook(admission: kube.Cluster) -> None:
+    job = load_job("lab-pytorchjob.yaml", namespace="ml-demo", job_name=unique("update"))
+    admission.create(job)
+    stored = admission.get(job)
+    assert stored is not None
+    stored["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] = {ZONE_LABEL: "zone-b"}
+
+    with pytest.raises(ApiException) as refused:
+        admission.replace(stored)
+
+    status = kube.api_error_body(refused.value)
+    shown = kubectl_error(refused.value)
+    assert refused.value.status == 403, shown
+    assert f'admission webhook "{webhooks.VALIDATING_NAME}" denied the request: ' in status["message"], shown
+    assert "zone-b" in status["message"], shown
+    after = admission.get(job)
+    assert after is not None
+    assert "nodeSelector" not in after["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
 
 
 @pytest.mark.parametrize(
