@@ -162,6 +162,7 @@ class Reflector:
         self._on_change = on_change
         self._rng = rng or random.Random()
         self._active: Any = None  # the urllib3 response being read, so stop() can cut it
+        self._interrupted = False
         self._progress = False
 
     # -- status ----------------------------------------------------------------------------
@@ -181,15 +182,18 @@ class Reflector:
         return "synced" if self.listed else "listing"
 
     def interrupt(self) -> None:
-        """Cut the open list/watch response (called from another thread by stop())."""
-        response = self._active
+        """Cut the open list/watch response, now and any opened later (stop() calls this)."""
+        self._interrupted = True  # NB: set before reading _active; _request sets _active, then reads this
+        self._cut(self._active)
+
+    def _cut(self, response: Any) -> None:
         if response is None:
             return
         try:
             shutdown = getattr(response, "shutdown", None)  # urllib3 >= 2.3 unblocks a pending read
             (shutdown or response.close)()
         except Exception:  # best effort while stopping
-            log.debug("interrupting %s watch failed", self.resource.kind, exc_info=True)
+            log.debug("interrupting the %s request failed", self.resource.kind, exc_info=True)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -243,6 +247,8 @@ class Reflector:
         timeout = (self._tuning.connect_timeout_seconds, read_timeout)
         response = resources.open_collection(self._apis, self.resource, api_version, timeout=timeout, **query)
         self._active = response
+        if self._interrupted:  # stop() ran while the request was being sent: it could not cut this one
+            self._cut(response)
         return response
 
     def _list(self) -> bool:
