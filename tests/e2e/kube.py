@@ -210,7 +210,10 @@ class Cluster:
 def _warnings(headers: Any) -> list[str]:
     """The text of each `Warning: 299 - "text"` header (RFC 7234 warn-text, as client-go decodes it)."""
     raw: list[str] = list(headers.getlist("Warning")) if hasattr(headers, "getlist") else []
-    return [text for value in raw for text in _split_warning(value)]
+    # http.client decodes header bytes as ISO-8859-1; the apiserver writes the webhook's text as
+    # UTF-8 bytes (client-go, hence kubectl, reads them as such), so undo the decoding.
+    decoded = [value.encode("latin-1").decode("utf-8", errors="replace") for value in raw]
+    return [text for value in decoded for text in _split_warning(value)]
 
 
 def _split_warning(value: str) -> Iterator[str]:
