@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.cache.files import build_snapshot
 from app.cache.store import StaticStore
@@ -82,3 +83,19 @@ def test_scenario_through_https(serve: Callable[..., RunningServer], server_pair
             again_response = check_review_envelope(again.json(), None)
             assert again_response["allowed"] is True
             assert patch_ops(again_response) == []
+
+
+def test_blocked_zone_shows_in_reason_and_flow_metrics(
+    serve: Callable[..., RunningServer], server_pair: KeyPair
+) -> None:
+    scenario = load_scenario("tfjob-avoids-blocked-zone")
+    settings = Settings.model_validate(scenario["config"])
+    server = serve(create_app(settings, StaticStore(build_snapshot(scenario_objects(scenario)))))
+    with https_client(server, server_pair) as client:
+        assert client.post("/mutate", json=admission_review(scenario["object"])).json()["response"]["allowed"]
+        text = client.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("topoguard_zone_blocked_flows", (("zone", "zone-a"),))] > 0  # the quarantined PS
+    assert samples[("topoguard_zone_blocked_flows", (("zone", "zone-c"),))] == 0  # the chosen zone
+    assert samples[("topoguard_decision_reasons_total", (("reason", "network-deny"),))] >= 1
