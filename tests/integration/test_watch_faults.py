@@ -120,6 +120,21 @@ def test_watch_error_events(api: FakeApiServer, tmp_path: Path, code: int, lists
     assert node_lists(api) == lists
 
 
+def test_a_watch_that_times_out_is_reopened_from_where_it_ended(api: FakeApiServer, tmp_path: Path) -> None:
+    api.apply(make_node("gpu-a-1"))
+    tuning = dataclasses.replace(FAST_TUNING, watch_timeout_seconds=1)  # the server ends each stream after 1 s
+    with running_store(api, tmp_path, tuning=tuning) as store:
+        last = api.apply(make_node("gpu-a-2"))
+        wait_until(lambda: len(api.requests_for("Node", watch=True)) >= 2, what="a second node watch")
+        api.apply(make_node("gpu-a-3"))
+        wait_until(lambda: len(node_names(store)) == 3, what="the third node")
+        detail = store.status().detail["Node"]
+
+    second = api.requests_for("Node", watch=True)[1].query
+    assert (second["resourceVersion"], second["timeoutSeconds"]) == (last["metadata"]["resourceVersion"], "1")
+    assert (node_lists(api), detail) == (1, "synced")
+
+
 def test_dropped_connection_resumes_from_the_last_resource_version(api: FakeApiServer, tmp_path: Path) -> None:
     api.apply(make_node("gpu-a-1"))
     with running_store(api, tmp_path) as store:
