@@ -9,13 +9,13 @@ decision never walks the node or pod list:
   (hostname, or any key with a value per node) are set aside, same GPU resources. A selector that
   reads only shared keys is matched once per class; one that reads a per-node key or the node name
   is matched node by node. With realistic pools the number of classes, not nodes, bounds the cost.
-- `pack` places the GPU replicas' pods first-fit-decreasing: largest demand first, each onto the
-  first node (most free GPUs first) that still has room.
+- `pack` places the GPU replicas' pods best-fit-decreasing: largest demand first, each onto the node
+  with the least room that still fits it.
 """
 
 from __future__ import annotations
 
-import heapq
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +42,20 @@ class NodeSlot:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """Nodes a pod may use, most free GPUs first, with their negated free counts for bisection."""
+
+    nodes: tuple[NodeSlot, ...]
+    order: tuple[int, ...]  # -total_free of each node: ascending, so bisect finds the nodes with room
+    positions: Mapping[str, int]  # node name -> index in `nodes`
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeSlot]) -> Pool:
+        ordered = tuple(sorted(nodes, key=lambda s: (-s.total_free, s.name)))
+        return cls(ordered, tuple(-s.total_free for s in ordered), freeze({s.name: i for i, s in enumerate(ordered)}))
+
+
+@dataclass(frozen=True)
 class NodeClass:
     """Nodes of one zone that a selector or toleration cannot tell apart."""
 
@@ -51,6 +65,7 @@ class NodeClass:
     gpu_resources: frozenset[str]  # GPU resources with allocatable > 0
     nodes: tuple[NodeSlot, ...]  # most free GPUs first, then by name
     free: Mapping[str, int]  # free GPUs per resource over all nodes of the class
+    pool: Pool  # the same nodes, ready for packing
 
     def gpus_free(self, resources: Iterable[str]) -> int:
         return sum(self.free.get(r, 0) for r in resources)
@@ -111,13 +126,14 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
         grouped[key].append(NodeSlot(node.name, node.labels, free))
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
     for (zone, shared, taints, offered_keys), slots in grouped.items():
-        ordered = tuple(sorted(slots, key=lambda s: (-s.total_free, s.name)))
+        pool = Pool.of(slots)
+        ordered = pool.nodes
         totals: dict[str, int] = defaultdict(int)
         for slot in ordered:
             for r, n in slot.free.items():
                 totals[r] += n
         by_zone[zone].append(
-            NodeClass(zone, freeze(dict(shared)), taints, frozenset(offered_keys), ordered, freeze(totals))
+            NodeClass(zone, freeze(dict(shared)), taints, frozenset(offered_keys), ordered, freeze(totals), pool)
         )
     classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)
@@ -136,46 +152,63 @@ class PodDemand:
     replica: str
     count: int
     gpus: Mapping[str, int]
-    pools: tuple[tuple[NodeSlot, ...], ...]  # node lists the pods may use, each most-free first
+    pools: tuple[Pool, ...]
 
     @property
     def per_pod(self) -> int:
         return sum(self.gpus.values())
 
 
-def _most_free_first(node: NodeSlot) -> tuple[int, str]:
-    return (-node.total_free, node.name)
-
-
 def _fits(node: NodeSlot, used: Mapping[str, int], demand: Mapping[str, int]) -> bool:
     return all(node.free.get(r, 0) - used.get(r, 0) >= n for r, n in demand.items())
 
 
-def pack(demands: Sequence[PodDemand]) -> str | None:
-    """First-fit-decreasing placement of every pod; None when all fit, else the first replica that did not.
+def _room(node: NodeSlot, used: Mapping[str, int]) -> int:
+    return node.total_free - sum(used.values())
 
-    Nodes are ordered most-free first, so once a node's initial free count is below the pod's
-    demand no later node can take it and the scan stops: the cost depends on the pods placed, not
-    on the number of nodes.
+
+def _best_in_pool(pool: Pool, demand: PodDemand, used: Mapping[str, Mapping[str, int]]) -> tuple[int, str] | None:
+    """(room, name) of the node of `pool` with the least room that still fits one pod of `demand`.
+
+    Untouched nodes keep their initial free count, so the tightest untouched fit is the last node of
+    the sorted prefix with enough room (found by bisection); the few nodes this packing already used
+    (possibly through another replica's pool) are checked one by one.
     """
-    used: dict[str, dict[str, int]] = defaultdict(dict)
+    found: list[tuple[int, str]] = []
+    i = bisect.bisect_right(pool.order, -demand.per_pod) - 1
+    while i >= 0:
+        node = pool.nodes[i]
+        if node.name not in used and _fits(node, {}, demand.gpus):
+            found.append((node.total_free, node.name))
+            break
+        i -= 1
+    for name, taken in used.items():
+        index = pool.positions.get(name)
+        if index is not None and _fits(pool.nodes[index], taken, demand.gpus):
+            found.append((_room(pool.nodes[index], taken), name))
+    return min(found, default=None)
+
+
+def pack(demands: Sequence[PodDemand]) -> str | None:
+    """Best-fit-decreasing placement of every pod; None when all fit, else the first replica that did not.
+
+    Pods are placed largest demand first, each onto the node with the least room that still fits it,
+    which keeps whole nodes free for the large pods (most-free-first would fail 4+3+3 GPUs on nodes
+    with 6 and 4 free). The cost depends on the pods placed, not on the number of nodes.
+    """
+    used: dict[str, dict[str, int]] = {}
     pods = sorted(((d, i) for d in demands for i in range(d.count)), key=lambda p: (-p[0].per_pod, p[0].replica, p[1]))
     for demand, _ in pods:
-        placed = False
-        for node in heapq.merge(*demand.pools, key=_most_free_first):
-            if node.total_free < demand.per_pod:
-                break
-            taken = used[node.name]
-            if _fits(node, taken, demand.gpus):
-                for r, n in demand.gpus.items():
-                    taken[r] = taken.get(r, 0) + n
-                placed = True
-                break
-        if not placed:
+        options = [best for pool in demand.pools if (best := _best_in_pool(pool, demand, used)) is not None]
+        if not options:
             return demand.replica
+        _, name = min(options)
+        taken = used.setdefault(name, {})
+        for r, n in demand.gpus.items():
+            taken[r] = taken.get(r, 0) + n
     return None
 
 
-def largest_free(pools: Iterable[Sequence[NodeSlot]]) -> int:
+def largest_free(pools: Iterable[Pool]) -> int:
     """The most GPUs free on any one node of these pools (each pool is most-free first)."""
-    return max((pool[0].total_free for pool in pools if pool), default=0)
+    return max((pool.nodes[0].total_free for pool in pools if pool.nodes), default=0)

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.engine import nodes
-from app.engine.capacity import NodeClass, NodeSlot, ZoneIndex
+from app.engine.capacity import NodeClass, Pool, ZoneIndex
 from app.models.cluster import Taint
 from app.models.job import JobGroup, Replica, UserPlacement
 
@@ -28,7 +28,7 @@ class ReplicaFit:
     """One replica type in one zone."""
 
     replica: str
-    pools: tuple[tuple[NodeSlot, ...], ...]  # usable node lists (GPU replicas: the GPU nodes)
+    pools: tuple[Pool, ...]  # usable nodes (GPU replicas: the GPU nodes), one pool per class
     classes: tuple[NodeClass, ...]  # the node classes those lists come from
     add_tolerations: tuple[Taint, ...]  # GPU-pool taints it does not tolerate yet (sorted)
     problem: str  # "" when it can run in the zone
@@ -69,10 +69,21 @@ def is_pinned(placement: UserPlacement, zone_label: str) -> bool:
     return zone_label in nodes.selector_label_keys(placement)
 
 
-def _match_class(placement: UserPlacement, cls: NodeClass, per_node_keys: frozenset[str]) -> tuple[NodeSlot, ...]:
+def _match_class(placement: UserPlacement, cls: NodeClass, per_node_keys: frozenset[str]) -> Pool | None:
+    """The class's nodes the placement admits: the whole class, a node-by-node subset, or None."""
     if nodes.selects_by_name(placement) or nodes.selector_label_keys(placement) & per_node_keys:
-        return tuple(n for n in cls.nodes if nodes.match_placement(placement, n.labels, n.name))
-    return cls.nodes if nodes.match_placement(placement, cls.labels, "") else ()
+        picked = [n for n in cls.nodes if nodes.match_placement(placement, n.labels, n.name)]
+        return Pool.of(picked) if picked else None
+    return cls.pool if nodes.match_placement(placement, cls.labels, "") else None
+
+
+def _matching(placement: UserPlacement, classes: Sequence[NodeClass], index: ZoneIndex) -> list[tuple[NodeClass, Pool]]:
+    out = []
+    for cls in classes:
+        pool = _match_class(placement, cls, index.per_node_keys)
+        if pool is not None:
+            out.append((cls, pool))
+    return out
 
 
 def _offers(cls: NodeClass, replica: Replica) -> bool:
@@ -84,7 +95,7 @@ def _failed(replica: Replica, why: str) -> ReplicaFit:
 
 
 def _blocking(
-    matched: Sequence[tuple[NodeClass, tuple[NodeSlot, ...]]], replica: Replica, granted: frozenset[Taint] = frozenset()
+    matched: Sequence[tuple[NodeClass, Pool]], replica: Replica, granted: frozenset[Taint] = frozenset()
 ) -> str:
     """The taints that keep `replica` off the matched nodes, beyond those topoguard would tolerate."""
     taints = {
@@ -101,8 +112,7 @@ def _gpu_fit(replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex) -
     resources = "+".join(sorted(r for r, n in replica.gpus.items() if n > 0))
     if not offering:
         return _failed(replica, f"no Ready, schedulable {resources} node")
-    matched = [(c, _match_class(replica.placement, c, index.per_node_keys)) for c in offering]
-    matched = [(c, slots) for c, slots in matched if slots]
+    matched = _matching(replica.placement, offering, index)
     if not matched:
         count = sum(len(c.nodes) for c in offering)
         return _failed(
@@ -117,8 +127,7 @@ def _gpu_fit(replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex) -
 def _cpu_fit(
     replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex, pool_taints: frozenset[Taint]
 ) -> ReplicaFit:
-    matched = [(c, _match_class(replica.placement, c, index.per_node_keys)) for c in classes]
-    matched = [(c, slots) for c, slots in matched if slots]
+    matched = _matching(replica.placement, classes, index)
     if not matched:
         return _failed(replica, f"its {describe_placement(replica.placement)} matches no node")
     usable = [
@@ -176,10 +185,10 @@ def _anchor_totals(anchors: Sequence[ReplicaFit], gpu_keys: frozenset[str]) -> d
     for fit in anchors:
         for cls, pool in zip(fit.classes, fit.pools, strict=True):
             seen = picked.get(id(cls), (cls, set()))[1]
-            if pool is cls.nodes or seen is None:
+            if pool is cls.pool or seen is None:
                 picked[id(cls)] = (cls, None)
             else:
-                picked[id(cls)] = (cls, seen | {n.name for n in pool})
+                picked[id(cls)] = (cls, seen | {n.name for n in pool.nodes})
     nodes_count = free = 0
     for cls, names in picked.values():
         if names is None:

@@ -96,9 +96,8 @@ def test_zone_index_is_built_once_per_snapshot() -> None:
     assert other.zones == ()
 
 
-def slots(*free: int, prefix: str = "n") -> tuple[capacity.NodeSlot, ...]:
-    made = [capacity.NodeSlot(f"{prefix}{i}", {}, {GPU: f}) for i, f in enumerate(free)]
-    return tuple(sorted(made, key=lambda s: (-s.total_free, s.name)))
+def slots(*free: int, prefix: str = "n") -> capacity.Pool:
+    return capacity.Pool.of([capacity.NodeSlot(f"{prefix}{i}", {}, {GPU: f}) for i, f in enumerate(free)])
 
 
 @pytest.mark.parametrize(
@@ -123,9 +122,22 @@ def slots(*free: int, prefix: str = "n") -> tuple[capacity.NodeSlot, ...]:
             id="pods spread over several pools",
         ),
         pytest.param([("Worker", 3, 1, [slots(1, 1)])], "Worker", id="more pods than free GPUs"),
+        pytest.param(
+            [("Big", 1, 4, [slots(6, 4)]), ("Small", 2, 3, [slots(6, 4)])],
+            None,
+            id="best fit: the 4-GPU pod takes the 4-free node so both 3-GPU pods fit the 6-free one",
+        ),
+        pytest.param(
+            [("Worker", 3, 2, [slots(*([0] * 500 + [2, 2, 2]))])], None, id="nodes with nothing free are skipped"
+        ),
+        pytest.param(
+            [("A", 1, 4, [slots(8, prefix="shared")]), ("B", 1, 4, [slots(8, prefix="shared")])],
+            None,
+            id="a node reached through two replicas' pools keeps its remaining room",
+        ),
     ],
 )
-def test_pack(demands: list[tuple[str, int, int, list[tuple[capacity.NodeSlot, ...]]]], want: str | None) -> None:
+def test_pack(demands: list[tuple[str, int, int, list[capacity.Pool]]], want: str | None) -> None:
     got = capacity.pack(
         [capacity.PodDemand(key, count, {GPU: per_pod}, tuple(pools)) for key, count, per_pod, pools in demands]
     )
