@@ -447,3 +447,25 @@ def test_static_label_hint_when_another_identity_label_is_configured() -> None:
         "zone-a: Master carries the static label zone=zone-b, which the policies read: change the label to "
         "zone=zone-a (zoneIdentityLabel is topology-zone, the policies read zone)"
     ) in got.reasons
+
+
+@pytest.mark.parametrize(
+    "settings, open_zones",
+    [
+        pytest.param(
+            Settings(mode="colocate"), ("zone-a", "zone-c"), id="colocate without identity label: every open zone"
+        ),
+        pytest.param(
+            Settings(mode="colocate", zone_identity_label="zone"),
+            ("zone-a",),
+            id="colocate with an identity label: only the zone whose label the pods carry",
+        ),
+    ],
+)
+def test_colocate_open_zones(settings: Settings, open_zones: tuple[str, ...]) -> None:
+    got = engine.decide(torch(), three_zones(), settings)
+    assert (got.zone, got.open_zones, dict(got.tolerations)) == (
+        "zone-a",
+        open_zones,
+        {"Master": (GPU_TOLERATION_ADDED,)},
+    )
