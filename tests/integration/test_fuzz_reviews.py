@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from app.cache.files import build_snapshot
 from app.cache.store import StaticStore
 from app.config import Settings
+from app.http import admission
 from app.http.app import TopoguardApp, create_app
 from tests.integration.conftest import admission_review, check_review_envelope, load_scenario, scenario_objects
 
@@ -51,12 +52,14 @@ class Client:
         return asyncio.run(send())
 
 
+SNAPSHOT = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
+SETTINGS = Settings(zone_identity_label="zone", max_body_bytes=BODY_LIMIT_BYTES)
+
+
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
     # Module scope: one app (and its decision thread pool) for every generated example.
-    snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
-    settings = Settings(zone_identity_label="zone", max_body_bytes=BODY_LIMIT_BYTES)
-    yield Client(create_app(settings, StaticStore(snapshot)))
+    yield Client(create_app(SETTINGS, StaticStore(SNAPSHOT)))
 
 
 def base_review() -> dict[str, Any]:
@@ -121,6 +124,11 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 def test_mutated_reviews_get_a_review_or_a_4xx(client: Client, review: dict[str, Any], path: str) -> None:
     got = client.post(path, content=orjson.dumps(review), headers={"content-type": "application/json"})
     check_answer(got.status_code, got.content, review)
+    if got.status_code == 200:  # one code path: the same answer as the in-process pipeline
+        operation = "mutate" if path == "/mutate" else "validate"
+        request = admission.parse_review(orjson.loads(orjson.dumps(review)))
+        want = admission.answer(request, snapshot=SNAPSHOT, settings=SETTINGS, operation=operation).review
+        assert orjson.loads(got.content) == want
 
 
 @FUZZ
