@@ -107,5 +107,13 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, SnapshotError, TLSConfigError, CacheError) as e:
         print(f"topoguard serve: {e}", file=sys.stderr)
         return EXIT_USAGE
+    log.info("starting", extra={
+        "listen": f"{args.host}:{args.port}",
+        "cluster": args.cluster or ("kubeconfig " + args.kubeconfig if args.kubeconfig else "in-cluster"),
+        "tls": "self-signed" if args.self_signed else args.tls_cert,
+        "client_ca": args.tls_client_ca or "",
+        "mode": settings.mode, "enforcement": settings.enforcement, "zone_label": settings.zone_label,
+        "zone_identity_label": settings.zone_identity_label,
+    })
     server.run()
     return 0
