@@ -56,7 +56,10 @@ def _objects(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        if not found:
+            raise SnapshotError(f"{path}: directory holds no .yaml, .yml or .json files")
+        return found
     if path.exists():
         return [path]
     raise SnapshotError(f"{path}: no such file or directory")

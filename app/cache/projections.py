@@ -35,8 +35,20 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _flag(value: Any) -> bool:
+    """A boolean field as written: True or the string "true" (YAML snapshots may quote it)."""
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _text(value: Any) -> str:
+    """A label value as the apiserver would store it; an unquoted YAML `true` reads as "true"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
 def _labels(meta: Mapping[str, Any]) -> Mapping[str, str]:
-    return freeze({str(k): str(v) for k, v in _dict(meta.get("labels")).items()})
+    return freeze({str(k): _text(v) for k, v in _dict(meta.get("labels")).items()})
 
 
 def parse_count(value: Any) -> int:
@@ -83,7 +95,7 @@ def project_node(obj: Mapping[str, Any]) -> NodeInfo:
         taints=taints,
         allocatable=freeze(_extended(resources)),
         ready=ready,
-        unschedulable=bool(spec.get("unschedulable", False)),
+        unschedulable=_flag(spec.get("unschedulable")),
     )
 
 
@@ -140,7 +152,7 @@ def project_pod(obj: Mapping[str, Any]) -> PodInfo:
         phase=str(status.get("phase") or ""),
         requests=freeze(pod_requests(spec)),
         ports=container_ports(_list(spec.get("containers"))),
-        host_network=bool(spec.get("hostNetwork", False)),
+        host_network=_flag(spec.get("hostNetwork")),
         ips=ips,
     )
 

@@ -258,7 +258,17 @@ def test_revision_follows_content(tmp_path: Path) -> None:
     assert load_snapshot(path).revision != first
 
 
-@pytest.mark.xfail(strict=True, reason="loader quirk reported to its owner: bool('false') is True for hostNetwork")
 def test_string_host_network_false_is_not_host_network() -> None:
     pod = build_snapshot([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"hostNetwork": "false"}}]).pods[0]
     assert pod.host_network is False
+
+
+def test_unquoted_boolean_label_values_read_as_the_apiserver_would_store_them() -> None:
+    raw = {"kind": "Node", "metadata": {"name": "n", "labels": {"gpu": True, "spot": False}}}
+    node = build_snapshot([raw]).nodes[0]
+    assert dict(node.labels) == {"gpu": "true", "spot": "false"}
+
+
+def test_empty_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SnapshotError, match="holds no"):
+        load_snapshot(tmp_path)
