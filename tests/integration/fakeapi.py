@@ -261,9 +261,13 @@ class FakeApiServer:
 
     def delete(self, kind: str, name: str, namespace: str = "", *, api_version: str | None = None) -> None:
         with self._cond:
-            coll = next(c for c in self._collections if c.kind == kind and api_version in (None, c.api_version)
-                        and f"{namespace}/{name}" in c.objects)
-            old = coll.objects.pop(f"{namespace}/{name}")
+            key = f"{namespace}/{name}"
+            found = [c for c in self._collections
+                     if c.kind == kind and api_version in (None, c.api_version) and key in c.objects]
+            if not found:
+                raise KeyError(f"fake apiserver has no {kind} {key}")
+            coll = found[0]
+            old = coll.objects.pop(key)
             self._rv += 1
             coll.history.append((self._rv, old, None))
             self._cond.notify_all()
