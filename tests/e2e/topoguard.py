@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.controlplane import Process, free_port, https_ok, wait_until
+from tests.e2e.controlplane import Process, client_context, free_port, https_ok, wait_until
 from tests.e2e.kube import RawObject, ResourceRef
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +63,7 @@ class TopoguardServer:
         self.process.stop()
 
     def _context(self) -> ssl.SSLContext:
-        if self.ca_file is None:
-            return ssl._create_unverified_context()  # --self-signed: nothing to verify against
-        return ssl.create_default_context(cafile=str(self.ca_file))
+        return client_context(self.ca_file)
 
     def get_status(self, path: str) -> int | None:
         """The HTTP status of GET path, or None when nothing answers."""
