@@ -35,6 +35,7 @@ APISERVER_READY_TIMEOUT_SECONDS = 180.0
 STOP_GRACE_SECONDS = 15.0
 POLL_INTERVAL_SECONDS = 0.25
 LOG_TAIL_BYTES = 4000
+START_ATTEMPTS = 3
 
 ADMIN_USER = "e2e-admin"
 # system:masters bypasses RBAC: the suite is the cluster administrator, like envtest's admin user.
@@ -158,12 +159,20 @@ class ControlPlane:
                 raise ControlPlaneError(f"{self.bin_dir / binary} is missing or not executable "
                                         "(run hack/envtest/build.sh)")
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            etcd_url = self._start_etcd()
-            self._start_apiserver(etcd_url)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                etcd_url = self._start_etcd()
+                self._start_apiserver(etcd_url)
+                break
+            except ControlPlaneError as e:
+                self.stop()
+                # free_port() can lose a race with another process on this machine; try new ports.
+                if attempt == START_ATTEMPTS or "address already in use" not in str(e):
+                    raise
+                self.processes.clear()
+            except BaseException:
+                self.stop()
+                raise
         self.kubeconfig = self._write_kubeconfig()
 
     def stop(self) -> None:
@@ -177,7 +186,7 @@ class ControlPlane:
         etcd = Process("etcd", [
             str(self.bin_dir / "etcd"),
             "--name=e2e",
-            f"--data-dir={self.work_dir / 'etcd-data'}",
+            f"--data-dir={self.work_dir / f'etcd-data-{client}'}",
             f"--listen-client-urls={client_url}",
             f"--advertise-client-urls={client_url}",
             f"--listen-peer-urls={peer_url}",
