@@ -347,3 +347,19 @@ def test_deeply_nested_job_gets_an_answer_not_a_crash(client: httpx.Client) -> N
     got = client.post("/mutate", content=body, headers={"content-type": "application/json"})
     assert got.status_code == 200
     check_review_envelope(got.json(), review["request"]["uid"])
+
+
+def test_draining_server_is_not_ready_and_closes_connections(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot
+) -> None:
+    app = create_app(Settings(), StaticStore(lab_snapshot))
+    server = serve(app)
+    review = admission_review(pytorchjob())
+    with https_client(server, server_pair) as c:
+        assert c.get("/readyz").status_code == 200
+        app.state.draining = True  # what WebhookServer.handle_exit does on SIGTERM
+        ready = c.get("/readyz")
+        answered = c.post("/mutate", json=review)
+    assert (ready.status_code, ready.json()["draining"], ready.headers["connection"]) == (503, True, "close")
+    assert answered.status_code == 200 and answered.headers["connection"] == "close"
+    check_review_envelope(answered.json(), review["request"]["uid"])
