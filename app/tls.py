@@ -17,13 +17,14 @@ certificate stays and the next poll retries.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import logging
 import os
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +135,31 @@ def new_server_context(*, client_ca: str | None = None) -> ssl.SSLContext:
     return ctx
 
 
+@contextlib.contextmanager
+def _pem_paths(pair: KeyPair) -> Iterator[tuple[str, str]]:
+    """Paths `load_cert_chain` can read `pair` from (it takes no in-memory PEM).
+
+    Anonymous memory files (memfd, Linux) where available: the private key never touches a disk and
+    a read-only root filesystem is no obstacle. Elsewhere a private temporary directory, removed at once.
+    """
+    if hasattr(os, "memfd_create") and Path("/proc/self/fd").is_dir():
+        fds = [os.memfd_create("topoguard-tls.crt"), os.memfd_create("topoguard-tls.key")]
+        try:
+            for fd, data in zip(fds, (pair.cert_pem, pair.key_pem), strict=True):
+                os.write(fd, data)
+            yield (f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="topoguard-tls-") as tmp:
+        cert, key = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+        cert.write_bytes(pair.cert_pem)
+        key.touch(mode=0o600)
+        key.write_bytes(pair.key_pem)
+        yield (str(cert), str(key))
+
+
 def _load_pair(ctx: ssl.SSLContext, pair: KeyPair, *, source: str) -> None:
     """Load `pair` into `ctx`, first proving it on a scratch context.
 
@@ -141,20 +167,16 @@ def _load_pair(ctx: ssl.SSLContext, pair: KeyPair, *, source: str) -> None:
     no usable key (OpenSSL drops a private key that does not match a newly set certificate), so the
     pair is validated on a throwaway context first, from the same bytes.
     """
-    with tempfile.TemporaryDirectory(prefix="topoguard-tls-") as tmp:
-        cert, key = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
-        cert.write_bytes(pair.cert_pem)
-        key.touch(mode=0o600)
-        key.write_bytes(pair.key_pem)
+    with _pem_paths(pair) as (cert, key):
         try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile=str(cert), keyfile=str(key))
-            ctx.load_cert_chain(certfile=str(cert), keyfile=str(key))
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile=cert, keyfile=key)
+            ctx.load_cert_chain(certfile=cert, keyfile=key)
         except (OSError, ssl.SSLError) as e:
             raise TLSConfigError(f"{source}: {e}") from e
 
 
 def self_signed_context(pair: KeyPair, *, client_ca: str | None = None) -> ssl.SSLContext:
-    """A server context serving `pair` (PEMs pass through a private temp dir that is removed at once)."""
+    """A server context serving `pair` (the PEMs never touch a disk where memfd exists)."""
     ctx = new_server_context(client_ca=client_ca)
     _load_pair(ctx, pair, source="self-signed certificate")
     return ctx

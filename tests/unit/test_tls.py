@@ -9,6 +9,7 @@ import datetime
 import ipaddress
 import os
 import ssl
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,13 @@ def test_deleted_files_keep_the_current_certificate(pair: tls.KeyPair, tmp_path:
     assert peer_serial(handshake(files.context, trusting(pair))) == (
         x509.load_pem_x509_certificate(pair.cert_pem).serial_number
     )
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_loading_needs_no_writable_temp_dir(
+    pair: tls.KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only root filesystem (the chart's default) must not stop the server from loading its key."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "does-not-exist"))
+    client = handshake(tls.self_signed_context(pair), trusting(pair))
+    assert peer_serial(client) == x509.load_pem_x509_certificate(pair.cert_pem).serial_number
