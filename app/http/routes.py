@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 Operation = Literal["mutate", "validate"]
 REVIEW_PATHS: Mapping[str, Operation] = {"/mutate": "mutate", "/validate": "validate"}
 JSON_CONTENT_TYPE = b"application/json"
-# Metric label values for `kind` are bounded: anything else a caller sends is counted as "other".
 # Caller-controlled strings are clipped before they reach a log line.
 LOGGED_TEXT_CHARS = 253
+# Metric label values for `kind` are bounded: anything else a caller sends is counted as "other".
 KNOWN_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob"})
 
 
@@ -70,7 +70,7 @@ def _check_headers(scope: Scope, limit: int) -> None:
         raise _HTTPProblem(405, f"{scope['path']} accepts POST only")
     content_type = (_header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
     if content_type != JSON_CONTENT_TYPE:
-        shown = content_type.decode("latin-1") or "none"
+        shown = content_type.decode("latin-1")[:LOGGED_TEXT_CHARS] or "none"
         raise _HTTPProblem(415, f"Content-Type must be application/json, got {shown}")
     declared = _header(scope, b"content-length")
     if declared is not None:
