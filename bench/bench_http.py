@@ -54,6 +54,7 @@ READY_TIMEOUT_SECONDS = 120.0
 TARGET_VS_ECHO = 0.5
 TARGET_5K_VS_60 = 0.8
 SKIPPED = "topoguard 5,000 nodes, decision skipped"
+BIG = "topoguard 5,000 nodes"
 
 
 # --- the generated cluster and review ------------------------------------------------------------
@@ -239,6 +240,14 @@ def post_once(port: int, body: bytes, ctx: ssl.SSLContext) -> dict[str, Any]:
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
+def review_buckets(port: int, ctx: ssl.SSLContext) -> dict[str, float]:
+    """Cumulative counts of topoguard_review_duration_seconds{operation="mutate"} by bucket edge."""
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10) as r:
+        text = r.read().decode()
+    pattern = r'^topoguard_review_duration_seconds_bucket\{le="([^"]+)",operation="mutate"\} ([\d.e+]+)$'
+    return {le: float(v) for le, v in re.findall(pattern, text, re.M)}
+
+
 def lua(path: Path, body_file: Path) -> Path:
     """A wrk script that POSTs the file's bytes as application/json on every request."""
     path.write_text(
@@ -378,9 +387,14 @@ def main() -> int:
             # everything but the decision, i.e. what the HTTP layer itself costs next to the echo app.
             targets = [(server.name, server, script) for server in servers]
             targets.insert(2, (SKIPPED, servers[1], skip_script))
+            buckets: dict[str, float] = {}  # server-side durations of the 5,000-node runs (deltas)
             for round_number in range(1, opts.rounds + 1):
                 for name, server, wrk_script in targets:
+                    before = review_buckets(server.port, ctx) if name == BIG else {}
                     got = wrk(server.port, wrk_script, duration=duration, connections=opts.connections)
+                    if name == BIG:
+                        for le, count in review_buckets(server.port, ctx).items():
+                            buckets[le] = buckets.get(le, 0.0) + count - before.get(le, 0.0)
                     print(f"{name:<40} {round_number:>5} {got['rps']:>9.0f} {got['p50_ms']:>8.2f} "
                           f"{got['p99_ms']:>8.2f} {got['non2xx'] + got['socket_errors']:>7.0f}")
                     if name not in results or got["rps"] > results[name]["rps"]:
@@ -401,6 +415,10 @@ def main() -> int:
               f"{'ok' if vs_echo >= TARGET_VS_ECHO else 'MISSED'}")
         print(f"ratio 5,000-node / 60-node throughput  = {vs_small:.2f}  (target >= {TARGET_5K_VS_60}) "
               f"{'ok' if vs_small >= TARGET_5K_VS_60 else 'MISSED'}")
+        total = buckets.get("+Inf", 0.0) or 1.0
+        shares = ", ".join(f"{buckets.get(le, 0.0) / total:.1%} <= {float(le) * 1000:g} ms"
+                           for le in ("0.005", "0.025", "0.1"))
+        print(f"server-side review duration under that load (topoguard_review_duration_seconds, {BIG}): {shares}")
         skipped = results[SKIPPED]["rps"]
         print(f"ratio HTTP layer alone (decision skipped) / echo = {skipped / echo:.2f}; the decision itself costs "
               f"{(1 / big - 1 / skipped) * 1000:.2f} ms of server time per review")
