@@ -6,6 +6,7 @@ The public API (other packages import only these names):
 - `check_flow(snapshot, src, dst, ports, protocol, *, enforcement)`: the verdict with reasons.
 - `endpoint_for_pod(snapshot, pod)`: an existing pod as policy sees it.
 - `label_keys_mentioned(snapshot)`: every label key a policy selector names.
+- `label_values_mentioned(snapshot, key)`: the values selectors compare one label key against.
 - `policy_problems(snapshot)`: (policy, problem) for invalid, unsupported or questionable policies.
 
 Pure: no I/O, no Kubernetes client. The semantics follow research/cilium-semantics.md; each module
@@ -29,7 +30,13 @@ Module map: `selectors` (label selectors, peer scoping), `identity` (a pod's ide
 """
 
 from app.policy.identity import endpoint_for_pod
-from app.policy.index import PolicyIndex, build_index, label_keys_mentioned, policy_problems
+from app.policy.index import (
+    PolicyIndex,
+    build_index,
+    label_keys_mentioned,
+    label_values_mentioned,
+    policy_problems,
+)
 from app.policy.verdicts import check_flow
 
 __all__ = [
@@ -38,5 +45,6 @@ __all__ = [
     "check_flow",
     "endpoint_for_pod",
     "label_keys_mentioned",
+    "label_values_mentioned",
     "policy_problems",
 ]

@@ -1,8 +1,8 @@
 """The per-snapshot policy index: every policy compiled once, rules bucketed for fast subject lookup.
 
 Owns: `PolicyIndex` (built once per snapshot through `Snapshot.memo("policy-index", ...)`),
-`rules_for` (the rules whose subject selects an endpoint), `policy_problems` and
-`label_keys_mentioned`.
+`rules_for` (the rules whose subject selects an endpoint), `policy_problems`,
+`label_keys_mentioned` and `label_values_mentioned`.
 Must not: decide verdicts.
 
 Lookup cost: rules are bucketed by namespace (CNP/KNP) or cluster-wide (CCNP), and inside a
@@ -151,6 +151,50 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
 def label_keys_mentioned(snapshot: Snapshot) -> frozenset[str]:
     """Every label key any selector of any policy (subject or peer) names, `k8s:`/`any:` stripped."""
     return build_index(snapshot).label_keys
+
+
+def label_values_mentioned(snapshot: Snapshot, key: str) -> frozenset[str] | None:
+    """The values any selector of any policy compares label `key` against (`matchLabels`, `In`,
+    `NotIn`), read from the raw bodies so invalid and unsupported policies count too.
+
+    Pods whose `key` values are both outside this set (or both in it and equal) look the same to
+    every policy. `Exists`/`DoesNotExist` only tell present from absent, so they add no value.
+    Returns None when some selector uses `key` in a way that is not value-enumerable (an
+    operator outside the four, or `values` that is not a list): then nothing can be concluded.
+    """
+    return snapshot.memo(f"{MEMO_KEY}:values:{key}", lambda s: _values_of(s, key))
+
+
+def _values_of(snapshot: Snapshot, key: str) -> frozenset[str] | None:
+    values: set[str] = set()
+    for obj in snapshot.policies:
+        if not _selector_values(obj.body, key, values):
+            return None
+    return frozenset(values)
+
+
+def _selector_values(node: Any, key: str, out: set[str]) -> bool:
+    """Add to `out` every value compared with `key` under `node`; False when one is not enumerable."""
+    if isinstance(node, Mapping):
+        labels = node.get("matchLabels")
+        if isinstance(labels, Mapping):
+            # NB: a non-string value makes the policy invalid; counting its text is harmless.
+            out.update(str(v) for k, v in labels.items() if _strip_source(str(k)) == key)
+        expressions = node.get("matchExpressions")
+        if isinstance(expressions, list):
+            for e in expressions:
+                if not isinstance(e, Mapping) or _strip_source(str(e.get("key"))) != key:
+                    continue
+                operator, raw_values = e.get("operator"), e.get("values")
+                if operator in ("Exists", "DoesNotExist"):
+                    continue
+                if operator not in ("In", "NotIn") or not isinstance(raw_values, (list, type(None))):
+                    return False
+                out.update(str(v) for v in raw_values or ())
+        return all(_selector_values(value, key, out) for value in node.values())
+    if isinstance(node, list):
+        return all(_selector_values(item, key, out) for item in node)
+    return True
 
 
 def policy_problems(snapshot: Snapshot) -> list[tuple[str, str]]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
 from app.models.network import Endpoint
-from app.policy import build_index, label_keys_mentioned, policy_problems
+from app.policy import build_index, label_keys_mentioned, label_values_mentioned, policy_problems
 from app.policy.identity import identity_labels
 from tests.unit.policy.builders import NS, ccnp, cnp, endpoint, expr, knp, rule, sel, snapshot
 
@@ -63,6 +64,48 @@ def test_label_keys_mentioned_strips_sources_and_covers_every_selector() -> None
         cnp("r", spec=rule(sel(**{"reserved:host": ""}), ingress=[{}])),
     )
     assert label_keys_mentioned(snap) == frozenset({"role", "zone", "tier", "app", "team", "gpu", "reserved:host"})
+
+
+IDX = "training.kubeflow.org/replica-index"
+
+
+@pytest.mark.parametrize(
+    "policies, want",
+    [
+        pytest.param([], frozenset(), id="no policy: no value"),
+        pytest.param(
+            [
+                cnp(spec=rule(sel(**{f"k8s:{IDX}": "7"}), ingress=[{"fromEndpoints": [sel(**{IDX: "3"})]}])),
+                knp(podSelector={"matchExpressions": [expr(IDX, "NotIn", "0", "1")]}),
+                ccnp(spec=rule(sel(app="x"), egressDeny=[{"toEndpoints": [{"matchExpressions": [
+                    expr(f"any:{IDX}", "In", "12")]}]}])),
+            ],
+            frozenset({"7", "3", "0", "1", "12"}),
+            id="matchLabels, In and NotIn values of subjects and peers, sources stripped",
+        ),
+        pytest.param(
+            [cnp(spec=rule({"matchExpressions": [expr(IDX, "Exists")]}, ingress=[{"fromEndpoints": [
+                {"matchExpressions": [expr(IDX, "DoesNotExist")]}]}]))],
+            frozenset(),
+            id="Exists and DoesNotExist name no value",
+        ),
+        pytest.param(
+            [cnp(spec=rule(sel(role="a", zone="b"), ingress=[{}]))], frozenset(), id="other keys do not count"
+        ),
+        pytest.param(
+            [cnp(spec=rule({"matchExpressions": [expr(IDX, "Gt", "3")]}, ingress=[{}]))],
+            None,
+            id="an operator outside the four is not enumerable",
+        ),
+        pytest.param(
+            [cnp(spec=rule({"matchExpressions": [{"key": IDX, "operator": "In", "values": "3"}]}, ingress=[{}]))],
+            None,
+            id="values that are not a list are not enumerable",
+        ),
+    ],
+)
+def test_label_values_mentioned(policies: list[Any], want: frozenset[str] | None) -> None:
+    assert label_values_mentioned(snapshot(*policies), IDX) == want
 
 
 def test_policy_problems_are_sorted_and_name_the_policy() -> None:
