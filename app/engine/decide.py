@@ -24,7 +24,7 @@ from typing import Any
 from app import policy
 from app.config import Settings
 from app.engine import capacity, nodes, zones
-from app.engine.flows import MAX_ENUMERATED_PODS, FlowChecker, describe_check
+from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
@@ -196,12 +196,7 @@ def _tolerations(
 def warnings_for(run: Run) -> tuple[str, ...]:
     """What the caller should know even when a zone was chosen (partial enumeration, missing kinds)."""
     out = []
-    for key in sorted(run.checker.truncated):
-        replica = run.group.replica(key)
-        out.append(
-            f"{key} has {replica.count} pods and policies read {replica.index_label}: only "
-            f"{min(replica.count, MAX_ENUMERATED_PODS)} of their indices were checked"
-        )
+    out += [run.checker.truncated[key] for key in sorted(run.checker.truncated)]
     if run.snapshot.missing_kinds:
         out.append(f"the cluster snapshot has no {', '.join(sorted(run.snapshot.missing_kinds))}")
     return tuple(out)

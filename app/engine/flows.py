@@ -5,17 +5,23 @@ its namespace and namespace labels, its pod labels (plus per-zone overrides such
 identity label), service account, container ports and hostNetwork. Each `Flow` of the group is
 then checked with `policy.check_flow`, source egress AND destination ingress.
 
-Cost control:
+Cost control, exact:
 
-- Pods of one replica type differ only in their index label. When no policy mentions that key,
-  one representative pod stands for all of them; otherwise indices are enumerated, up to
-  `MAX_ENUMERATED_PODS` per replica type (beyond that, the decision carries a warning).
+- Pods of one replica type differ only in their index label and in the leader labels pod 0
+  carries. A policy can tell two of them apart only through a selector on one of those keys,
+  and then only by the values it names (`policy.label_values_mentioned`; `Exists` and
+  `DoesNotExist` tell present from absent, nothing more). So the pods fall into classes — pod 0;
+  each index some selector names; every other index — and one representative per class stands
+  for all its pods: as many as policies name values, however many pods there are.
+- Only when a selector uses the index label in a way whose values cannot be enumerated are
+  indices enumerated, up to `MAX_ENUMERATED_PODS`; flows of pods beyond that are `unknown`.
 - Verdicts are cached per (source, destination, ports, protocol) for the whole decision: without
   a zone identity label the pods look the same in every zone, so each flow is evaluated once.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,14 +31,24 @@ from app.models.decision import FlowCheck
 from app.models.job import Flow, JobGroup, Replica
 from app.models.network import Endpoint, PolicyEnforcement, Reason, SideVerdict, Verdict, VerdictKind
 
-MAX_ENUMERATED_PODS = 32
+MAX_ENUMERATED_PODS = 32  # only when a selector's values for the index label cannot be enumerated
 SEVERITY: Mapping[str, int] = {"allow": 0, "unknown": 1, "deny": 2}
+# How the operators write a pod index: a decimal number without leading zeros.
+_INDEX_VALUE = re.compile(r"0|[1-9][0-9]*")
 
 EndpointKey = tuple[object, ...]
 
 
 def endpoint_key(ep: Endpoint) -> EndpointKey:
     return (ep.namespace, tuple(sorted(ep.labels.items())), ep.service_account, ep.host_network, ep.ports)
+
+
+@dataclass(frozen=True)
+class PodClass:
+    """Pods of one replica type that every policy sees alike: `index` stands for `size` pods."""
+
+    index: int
+    size: int
 
 
 @dataclass
@@ -44,46 +60,70 @@ class FlowChecker:
     enforcement: PolicyEnforcement
     mentioned: frozenset[str]  # label keys some policy reads (policy.label_keys_mentioned)
     cache: dict[tuple[EndpointKey, EndpointKey, int, int, str], Verdict] = field(default_factory=dict)
-    truncated: set[str] = field(default_factory=set)  # replica keys whose indices were not all enumerated
+    # Replica key → why some of its pods were not checked (their flows are `unknown`).
+    truncated: dict[str, str] = field(default_factory=dict)
+
+    def classes(self, replica: Replica) -> tuple[PodClass, ...]:
+        """The replica's pods grouped into classes no policy can tell apart; pod 0 first."""
+        count = max(replica.count, 1)
+        index_read = bool(replica.index_label) and replica.index_label in self.mentioned
+        leader_read = any(k in self.mentioned for k in replica.leader_labels)
+        if count == 1 or not (index_read or leader_read):
+            return (PodClass(0, count),)
+        if not index_read:
+            return PodClass(0, 1), PodClass(1, count - 1)  # the leader and everyone else
+        values = policy.label_values_mentioned(self.snapshot, replica.index_label)
+        if values is None:
+            return self._enumerate(replica, count)
+        named = sorted({int(v) for v in values if _INDEX_VALUE.fullmatch(v) and 0 < int(v) < count})
+        out = [PodClass(0, 1), *(PodClass(i, 1) for i in named)]
+        rest = count - 1 - len(named)
+        if rest:
+            taken = set(named)
+            out.append(PodClass(next(i for i in range(1, count) if i not in taken), rest))
+        return tuple(out)
+
+    def _enumerate(self, replica: Replica, count: int) -> tuple[PodClass, ...]:
+        """Fallback: the first indices and the last one, each on its own; the rest are not checked."""
+        if count <= MAX_ENUMERATED_PODS:
+            return tuple(PodClass(i, 1) for i in range(count))
+        self.truncated[replica.key] = (
+            f"{replica.key} has {count} pods and a policy selector uses {replica.index_label} in a way whose "
+            f"values cannot be enumerated (an operator other than In, NotIn, Exists, DoesNotExist): "
+            f"{MAX_ENUMERATED_PODS} of them were checked, the flows of the others cannot be evaluated"
+        )
+        return (*(PodClass(i, 1) for i in range(MAX_ENUMERATED_PODS - 1)), PodClass(count - 1, 1))
+
+    def endpoint(self, replica: Replica, index: int, overrides: Mapping[str, str]) -> Endpoint:
+        """Pod `index` of the replica as policy sees it in the zone (labels after placement)."""
+        leader = replica.leader_labels if index == 0 else {}
+        labels = {**replica.pod_labels, **leader, **overrides}
+        if replica.index_label:
+            labels[replica.index_label] = str(index)
+        return Endpoint(
+            namespace=self.group.namespace,
+            labels=labels,
+            namespace_labels=self.snapshot.namespace_labels(self.group.namespace),
+            service_account=replica.service_account or "default",
+            ports=replica.ports,
+            host_network=replica.host_network,
+            name=f"{self.group.name}-{replica.role}-{index}",
+        )
 
     def endpoints(self, replica: Replica, overrides: Mapping[str, str]) -> tuple[Endpoint, ...]:
-        """The replica's pods as policy sees them: one representative, or one per index."""
-        base = {**replica.pod_labels, **overrides}
-        count = max(replica.count, 1)
-        if replica.index_label and replica.index_label in self.mentioned:
-            if count > MAX_ENUMERATED_PODS:
-                self.truncated.add(replica.key)
-            indices = list(range(min(count, MAX_ENUMERATED_PODS - 1)))
-            if count > MAX_ENUMERATED_PODS:
-                indices.append(count - 1)
-        else:
-            indices = [0]
-        namespace_labels = self.snapshot.namespace_labels(self.group.namespace)
-        out = []
-        for i in indices:
-            labels = {**base, replica.index_label: str(i)} if replica.index_label else base
-            out.append(
-                Endpoint(
-                    namespace=self.group.namespace,
-                    labels=labels,
-                    namespace_labels=namespace_labels,
-                    service_account=replica.service_account or "default",
-                    ports=replica.ports,
-                    host_network=replica.host_network,
-                    name=f"{self.group.name}-{replica.role}-{i}",
-                )
-            )
-        return tuple(out)
+        """One representative endpoint per class of the replica's pods."""
+        return tuple(self.endpoint(replica, c.index, overrides) for c in self.classes(replica))
 
     def _pairs(self, flow: Flow, overrides: Mapping[str, str]) -> Iterator[tuple[Endpoint, Endpoint]]:
         src, dst = self.group.replica(flow.src), self.group.replica(flow.dst)
-        sources, destinations = self.endpoints(src, overrides), self.endpoints(dst, overrides)
+        sources, destinations = self.classes(src), self.classes(dst)
         for s in sources:
             for d in destinations:
-                # A pod does not need a network path to itself.
-                if flow.src == flow.dst and len(sources) > 1 and s.name == d.name:
+                # A pod does not need a network path to itself; a class of several pods does need
+                # one between two of its members, which its representative stands for.
+                if flow.src == flow.dst and s.index == d.index and s.size == 1:
                     continue
-                yield s, d
+                yield self.endpoint(src, s.index, overrides), self.endpoint(dst, d.index, overrides)
 
     def verdict(self, src: Endpoint, dst: Endpoint, flow: Flow) -> Verdict:
         key = (endpoint_key(src), endpoint_key(dst), flow.ports.first, flow.ports.last, flow.protocol)
@@ -109,10 +149,19 @@ class FlowChecker:
                     break
             if flow_worst is None:
                 continue
+            unchecked = [self.truncated[k] for k in dict.fromkeys((flow.src, flow.dst)) if k in self.truncated]
+            if unchecked and flow_worst.verdict != "deny":
+                flow_worst = _unchecked(unchecked)
             checks.append(FlowCheck(flow=flow, verdict=flow_worst))
             if SEVERITY[flow_worst.verdict] > SEVERITY[worst]:
                 worst = flow_worst.verdict
         return tuple(checks), worst
+
+
+def _unchecked(messages: Sequence[str]) -> Verdict:
+    egress = SideVerdict("unknown", tuple(Reason("egress", "unknown", m) for m in messages))
+    ingress = SideVerdict("unknown", tuple(Reason("ingress", "unknown", m) for m in messages))
+    return Verdict("unknown", egress, ingress, egress.reasons + ingress.reasons)
 
 
 def describe_flow(flow: Flow) -> str:

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from app import engine
+from app import engine, jobs
 from app.config import Settings
+from app.engine.decide import start_run
 from app.models.cluster import Snapshot
 from app.models.decision import Decision
 from app.models.job import JobGroup
 from tests.builders import (
+    GPU,
     GPU_TAINT,
     make_cnp,
     make_group,
@@ -26,6 +28,7 @@ from tests.builders import (
     make_pod,
     make_replica,
     make_snapshot,
+    make_template,
     rendezvous,
     tolerate,
 )
@@ -426,14 +429,78 @@ def test_missing_policy_kinds_are_a_warning() -> None:
     assert (got.allowed, got.warnings) == (True, ("the cluster snapshot has no CiliumNetworkPolicy",))
 
 
-def test_enumeration_beyond_the_bound_is_a_warning() -> None:
-    group = make_group(make_replica("Master", coordinator=True), make_replica("Worker", count=40), namespace=NS)
-    got = engine.decide(group, three_zones(policies=[index_quarantine(99)]), Settings())
-    assert got.allowed
-    assert got.warnings == (
-        "Worker has 40 pods and policies read training.kubeflow.org/replica-index: only 32 of their indices were "
-        "checked",
+def test_a_policy_on_one_index_of_many_is_found_exactly() -> None:
+    got = engine.decide(torch(workers=64, gpus=0), three_zones(policies=[index_quarantine(63)]), Settings())
+    assert got.allowed is False
+    assert any("ml/quarantine-worker-3" in r for r in got.reasons)
+    assert got.warnings == ()
+
+
+def test_a_thousand_workers_cost_a_few_representatives() -> None:
+    run = start_run(torch(workers=1000, gpus=0), three_zones(policies=[index_quarantine(7)]), Settings(), strict=False)
+    _, worst = run.checker.check({})
+    assert worst == "deny"
+    assert [(c.index, c.size) for c in run.checker.classes(run.group.replica("Worker"))] == [(0, 1), (7, 1), (1, 998)]
+    # Master → Worker, Worker → Master and Worker → Worker over at most three classes each, two port sets.
+    assert len(run.checker.cache) <= 2 * (3 + 3 + 9)
+
+
+def worker_only_pytorchjob(workers: int) -> dict[str, Any]:
+    template = make_template(gpus=1, tolerations=[tolerate()])
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "solo", "namespace": NS},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": workers, "template": template}}},
+    }
+
+
+def role_ingress_deny(role: str) -> Any:
+    return make_cnp(
+        "no-rendezvous-into-masters",
+        {
+            "endpointSelector": {"matchLabels": {"training.kubeflow.org/job-role": role}},
+            "enableDefaultDeny": {"ingress": False},
+            "ingressDeny": [{"fromEndpoints": [{}], "toPorts": [{"ports": [{"port": "23456", "protocol": "TCP"}]}]}],
+        },
+        namespace=NS,
     )
+
+
+@pytest.mark.parametrize(
+    "role, allowed",
+    [
+        pytest.param("master", False, id="worker-0 is the coordinator: a deny on job-role=master blocks rendezvous"),
+        pytest.param("worker", True, id="no pod carries job-role=worker: the same deny leaves the job open"),
+    ],
+)
+def test_leader_labels_of_a_worker_only_pytorchjob(role: str, allowed: bool) -> None:
+    group = jobs.parse_job(worker_only_pytorchjob(4), gpu_resources=[GPU])
+    got = engine.decide(group, three_zones(policies=[role_ingress_deny(role)]), Settings())
+    assert got.allowed is allowed
+    assert any("ml/no-rendezvous-into-masters" in r for r in got.reasons) is not allowed
+
+
+def test_index_values_that_cannot_be_enumerated_make_the_unchecked_flows_unknown() -> None:
+    broken = make_cnp(
+        "index-gt",
+        {
+            "endpointSelector": {"matchExpressions": [{"key": "training.kubeflow.org/replica-index",
+                                                       "operator": "Gt", "values": ["3"]}]},
+            "ingress": [{}],
+        },
+        namespace="elsewhere",
+    )
+    group = make_group(make_replica("Master", coordinator=True), make_replica("Worker", count=40), namespace=NS)
+    got = engine.decide(group, three_zones(policies=[broken]), Settings())
+    assert got.allowed is False
+    assert got.warnings == (
+        "Worker has 40 pods and a policy selector uses training.kubeflow.org/replica-index in a way whose values "
+        "cannot be enumerated (an operator other than In, NotIn, Exists, DoesNotExist): 32 of them were checked, "
+        "the flows of the others cannot be evaluated",
+    )
+    flow_reasons = [r for r in got.reasons if "→" in r]
+    assert flow_reasons and all("32 of them were checked" in r for r in flow_reasons)
 
 
 def test_zones_without_usable_gpu_nodes_are_listed_as_excluded() -> None:

@@ -2,44 +2,107 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from app.engine import flows
+from app.models.cluster import PolicyObject
 from app.models.job import Flow, JobGroup
 from app.models.network import ALL_PORTS, PortRange, Reason, SideVerdict, Verdict
-from tests.builders import make_group, make_namespace, make_replica, make_snapshot
+from tests.builders import make_cnp, make_group, make_namespace, make_replica, make_snapshot
 
 INDEX = "training.kubeflow.org/replica-index"
+ROLE = "training.kubeflow.org/job-role"
+LEADER = {ROLE: "master"}
 
 
-def checker(mentioned: frozenset[str], workers: int = 3) -> tuple[flows.FlowChecker, JobGroup]:
+def checker(
+    mentioned: frozenset[str], workers: int = 3, policies: Sequence[PolicyObject] = ()
+) -> tuple[flows.FlowChecker, JobGroup]:
     group = make_group(
         make_replica("Master", coordinator=True, labels={"zone": "zone-b"}),
-        make_replica("Worker", count=workers, gpus=1, service_account="trainer"),
+        replace(make_replica("Worker", count=workers, gpus=1, service_account="trainer"), leader_labels=LEADER),
         namespace="ml",
     )
-    snapshot = make_snapshot(namespaces=[make_namespace("ml", {"team": "research"})])
+    snapshot = make_snapshot(namespaces=[make_namespace("ml", {"team": "research"})], policies=policies)
     return flows.FlowChecker(group=group, snapshot=snapshot, enforcement="default", mentioned=mentioned), group
 
 
+def index_policy(*expressions: Mapping[str, Any]) -> PolicyObject:
+    return make_cnp("by-index", {"endpointSelector": {"matchExpressions": list(expressions)}, "ingress": [{}]},
+                    namespace="ml")
+
+
+def index_in(*values: str, operator: str = "In") -> dict[str, Any]:
+    return {"key": INDEX, "operator": operator, "values": list(values)}
+
+
 @pytest.mark.parametrize(
-    "mentioned, workers, want",
+    "mentioned, workers, policies, want",
     [
-        pytest.param(frozenset({"zone"}), 3, ["0"], id="one representative when no policy reads the index label"),
-        pytest.param(frozenset({INDEX}), 3, ["0", "1", "2"], id="every index when a policy reads it"),
+        pytest.param(frozenset({"zone"}), 3, [], [(0, 3)], id="one class when no policy reads the index or leader"),
+        pytest.param(frozenset({INDEX}), 1, [index_policy(index_in("0"))], [(0, 1)], id="a single pod is one class"),
         pytest.param(
-            frozenset({INDEX}),
-            40,
-            [str(i) for i in range(flows.MAX_ENUMERATED_PODS - 1)] + ["39"],
-            id="enumeration is bounded and keeps the last index",
+            frozenset({INDEX}), 3, [index_policy(index_in("1"))], [(0, 1), (1, 1), (2, 1)],
+            id="three workers, index 1 named: pod 0, pod 1 and pod 2 for the rest",
+        ),
+        pytest.param(
+            frozenset({INDEX}), 64, [index_policy(index_in("7"))], [(0, 1), (7, 1), (1, 62)],
+            id="index 7 of 64 named: three classes stand for every pod",
+        ),
+        pytest.param(
+            frozenset({INDEX}), 4, [index_policy(index_in("99", "07", "-1", "x", operator="NotIn"))], [(0, 1), (1, 3)],
+            id="values no pod carries add no class",
+        ),
+        pytest.param(
+            frozenset({INDEX}), 3, [index_policy(index_in("1", "2"))], [(0, 1), (1, 1), (2, 1)],
+            id="every index named: no class for the rest",
+        ),
+        pytest.param(
+            frozenset({INDEX}), 50, [index_policy({"key": INDEX, "operator": "Exists"})], [(0, 1), (1, 49)],
+            id="Exists names no value: pod 0 and the rest",
+        ),
+        pytest.param(
+            frozenset({ROLE}), 5, [], [(0, 1), (1, 4)], id="a read leader label splits pod 0 from the rest"
         ),
     ],
 )
-def test_endpoint_indices(mentioned: frozenset[str], workers: int, want: list[str]) -> None:
-    check, group = checker(mentioned, workers)
-    got = check.endpoints(group.replica("Worker"), {"zone": "zone-a"})
-    assert [e.labels[INDEX] for e in got] == want
-    assert check.truncated == ({"Worker"} if workers > flows.MAX_ENUMERATED_PODS else set())
+def test_pod_classes(
+    mentioned: frozenset[str], workers: int, policies: list[PolicyObject], want: list[tuple[int, int]]
+) -> None:
+    check, group = checker(mentioned, workers, policies)
+    got = check.classes(group.replica("Worker"))
+    assert [(c.index, c.size) for c in got] == want
+    assert sum(c.size for c in got) == workers
+    assert check.truncated == {}
+
+
+@pytest.mark.parametrize(
+    "workers, want_indices, truncated",
+    [
+        pytest.param(5, ["0", "1", "2", "3", "4"], False, id="under the bound every index is checked"),
+        pytest.param(
+            40, [str(i) for i in range(flows.MAX_ENUMERATED_PODS - 1)] + ["39"], True,
+            id="beyond the bound the first and the last are checked and the rest recorded",
+        ),
+    ],
+)
+def test_values_that_cannot_be_enumerated_fall_back_to_a_bounded_enumeration(
+    workers: int, want_indices: list[str], truncated: bool
+) -> None:
+    check, group = checker(frozenset({INDEX}), workers, [index_policy({"key": INDEX, "operator": "Gt", "values": "3"})])
+    got = check.endpoints(group.replica("Worker"), {})
+    assert [e.labels[INDEX] for e in got] == want_indices
+    assert ("Worker" in check.truncated) is truncated
+
+
+def test_leader_labels_are_on_pod_zero_only() -> None:
+    check, group = checker(frozenset({ROLE}), 3)
+    got = check.endpoints(group.replica("Worker"), {})
+    assert [(e.labels[INDEX], e.labels.get(ROLE)) for e in got] == [("0", "master"), ("1", None)]
 
 
 def test_endpoint_carries_the_pod_identity_and_overrides() -> None:
