@@ -126,6 +126,7 @@ def create_app(
     certificates: CertificateFiles | None = None,
     certificate_not_after: float | None = None,
     offload_decisions: bool = True,
+    decision_threads: int = DECISION_THREADS,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
 ) -> TopoguardApp:
     """The webhook application.
@@ -137,13 +138,14 @@ def create_app(
         certificates: serving certificate files to poll for rotation (None for self-signed or plain HTTP).
         certificate_not_after: notAfter to export when the certificate never changes (self-signed).
         offload_decisions: run decisions on a small thread pool with the deadline (default) or inline.
+        decision_threads: size of that pool.
         cert_poll_seconds: how often to look at the certificate files.
     """
     state = AppState(
         settings=settings,
         store=store,
         metrics=metrics or Metrics(),
-        executor=ThreadPoolExecutor(DECISION_THREADS, thread_name_prefix="decide") if offload_decisions else None,
+        executor=ThreadPoolExecutor(decision_threads, thread_name_prefix="decide") if offload_decisions else None,
     )
     if certificates is not None:
         state.metrics.record_certificate(certificates.not_after)
