@@ -146,14 +146,21 @@ def _blocked_flows(decision: Decision | None) -> dict[str, int]:
     return {r.zone: sum(1 for f in r.flows if f.verdict.verdict == "deny") for r in decision.zones}
 
 
-async def _decide(
-    state: AppState, request: admission.AdmissionRequest, snapshot: Snapshot, operation: Operation,
-    problem: str | None, started: float,
+def _answer(
+    state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot]
 ) -> admission.Outcome:
-    call = functools.partial(
-        admission.answer, request, snapshot=snapshot, settings=state.settings, operation=operation,
-        cache_problem=problem,
-    )
+    """Take the snapshot (once) and answer. Runs on the decision pool: nothing here may block the loop."""
+    snapshot, problem = state.snapshot()
+    taken.append(snapshot)  # for the deadline answer, which reads the namespace's enforcement label
+    return admission.answer(request, snapshot=snapshot, settings=state.settings, operation=operation,
+                            cache_problem=problem)
+
+
+async def _decide(
+    state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot],
+    started: float,
+) -> admission.Outcome:
+    call = functools.partial(_answer, state, request, operation, taken)
     if state.executor is None:
         return call()
     remaining = state.settings.request_deadline_seconds - (time.perf_counter() - started)
@@ -170,7 +177,12 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     metrics = state.metrics
     try:
         _check_headers(scope, state.settings.max_body_bytes)
-        body = await _read_body(receive, state.settings.max_body_bytes)
+        try:
+            # A client that stops sending mid-body must not hold the request open forever.
+            async with asyncio.timeout(state.settings.request_deadline_seconds):
+                body = await _read_body(receive, state.settings.max_body_bytes)
+        except TimeoutError:
+            raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
         try:
             raw = orjson.loads(body)
         except orjson.JSONDecodeError as e:
@@ -188,18 +200,17 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
         return
 
     kind = request.kind.kind if request.kind.kind in KNOWN_KINDS else "other"
-    snapshot: Snapshot | None = None
+    taken: list[Snapshot] = []
     decision: Decision | None = None
     outcome: str
     try:
-        snapshot, cache_problem = state.snapshot()
-        result = await _decide(state, request, snapshot, operation, cache_problem, started)
+        result = await _decide(state, request, operation, taken, started)
         review, outcome, decision = result.review, result.outcome, result.decision
         if outcome == "error":
             log.error("review failed inside the pipeline",
                       extra={"uid": request.uid, "operation": operation, "error": _denial_message(review)})
     except TimeoutError:
-        review, outcome = _deadline_review(state, request, snapshot), "timeout"
+        review, outcome = _deadline_review(state, request, taken[0] if taken else None), "timeout"
         log.warning("decision deadline missed", extra={"uid": request.uid, "operation": operation})
     except Exception:
         log.exception("unexpected error answering a review", extra={"uid": request.uid, "operation": operation})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import socket
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -207,6 +208,25 @@ def test_unexpected_error_is_a_200_refusal_with_code_500(
     assert review["request"]["uid"] in response["status"]["message"]
 
 
+class GatedStore:
+    """A synced store whose `snapshot()` blocks until the test opens the gate: a decision that cannot
+    finish in time, without depending on how fast this machine is."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.gate = threading.Event()
+        self._snapshot = snapshot
+
+    def snapshot(self) -> Snapshot:
+        self.gate.wait(timeout=60)
+        return self._snapshot
+
+    def status(self) -> SyncStatus:
+        return SyncStatus(synced=True, stale=False, age_seconds=0.0)
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
+        return None
+
+
 @pytest.mark.parametrize(
     "enforcement, want_allowed",
     [
@@ -218,16 +238,20 @@ def test_missed_deadline_answers_per_enforcement(
     serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot, enforcement: str,
     want_allowed: bool,
 ) -> None:
-    # A deadline far below any decision's cost: the answer must come from the deadline path.
-    settings = Settings(request_deadline_seconds=1e-9, enforcement=enforcement)
-    server = serve(create_app(settings, StaticStore(lab_snapshot)))
+    store = GatedStore(lab_snapshot)
+    server = serve(create_app(Settings(request_deadline_seconds=0.3, enforcement=enforcement), store))
     review = admission_review(pytorchjob())
-    with https_client(server, server_pair) as c:
-        got = c.post("/mutate", json=review)
+    try:
+        with https_client(server, server_pair) as c:
+            got = c.post("/mutate", json=review)
+    finally:
+        store.gate.set()
     response = check_review_envelope(got.json(), review["request"]["uid"])
     assert response["allowed"] is want_allowed
     text = response.get("status", {}).get("message", "") + " ".join(response.get("warnings", []))
     assert "deadline" in text
+    if not want_allowed:
+        assert response["status"]["code"] == 504
 
 
 def test_readiness_follows_cache_sync(
@@ -363,3 +387,18 @@ def test_draining_server_is_not_ready_and_closes_connections(
     assert (ready.status_code, ready.json()["draining"], ready.headers["connection"]) == (503, True, "close")
     assert answered.status_code == 200 and answered.headers["connection"] == "close"
     check_review_envelope(answered.json(), review["request"]["uid"])
+
+
+def test_stalled_body_is_refused_at_the_deadline(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot
+) -> None:
+    server = serve(create_app(Settings(request_deadline_seconds=0.2), StaticStore(lab_snapshot)))
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        client_context(server_pair).wrap_socket(raw, server_hostname="localhost") as conn,
+    ):
+        conn.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"apiVersion\":")  # ... and nothing more
+        head = conn.recv(4096)  # a server without a body deadline would leave this waiting
+    assert head.startswith(b"HTTP/1.1 408")
+    assert b"connection: close" in head.lower()
