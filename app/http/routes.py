@@ -393,7 +393,11 @@ async def job_zone_map(request: Request, state: StateDep) -> Response:
     try:
         if (request.headers.get("content-type") or "").split(";")[0].strip().lower() != "application/json":
             raise _HTTPProblem(415, "Content-Type must be application/json")
-        body = await _read_body(request.receive, state.settings.max_body_bytes)
+        try:
+            async with asyncio.timeout(state.settings.request_deadline_seconds):
+                body = await _read_body(request.receive, state.settings.max_body_bytes)
+        except TimeoutError:
+            raise _HTTPProblem(408, "the request body did not arrive within the deadline") from None
         try:
             raw = orjson.loads(body)
         except orjson.JSONDecodeError as e:
