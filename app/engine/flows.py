@@ -196,6 +196,9 @@ def describe_side(side: str, verdict: SideVerdict) -> str:
         allowing = [r for r in named if r.effect == "allow"]
         if allowing:
             return f"{side} allowed by {_refs(allowing, with_rule=True)}"
+        plain = [r.message for r in reasons if r.effect == "allow" and not r.policy]
+        if plain:  # hostNetwork: host traffic nobody enforces, or allow-localhost
+            return f"{side} allowed: {'; '.join(dict.fromkeys(plain))}"
         return f"{side} not enforced (no policy selects the pod in this direction)"
     if verdict.verdict == "deny":
         denying = [r for r in named if r.effect == "deny"]

@@ -18,11 +18,16 @@ What the evaluator assumes about the cluster (none of it is in the snapshot):
   cluster named `default`, the default identity-relevant label filter, the L7 proxy enabled, no
   policy audit mode, `policy-cidr-match-mode` unset (CIDR, FQDN and node peers never match a pod).
 - `fromNodes`/`toNodes` policies are valid (`enable-node-selector-labels` on); they match no pod.
+- `allow-localhost` at its default: a pod's own node may always reach it (unless denied).
+- A hostNetwork pod's traffic carries entity `host` on its own node and `remote-node` elsewhere;
+  where pods will run is not known, so a pod's side toward one must agree for both. Its own side
+  is host traffic: not enforced without host policies (CCNP `nodeSelector`), else `unknown`.
 - Anything whose outcome depends on the Cilium version or on objects the snapshot lacks is
   `unknown`, never guessed: `fromRequires`/`toRequires` (removed in 1.19), namespace-label peers
-  of a CNP across namespaces, `toServices`, L7 / authentication / listener conditions,
-  hostNetwork pods, and policies Cilium rejects as invalid or that carry unknown fields — those
-  make every side they may select `unknown` (an explicit deny from a valid policy still wins).
+  of a CNP across namespaces, `toServices`, L7 / authentication / listener conditions, host
+  policies, node labels of node identities, and policies Cilium rejects as invalid or that carry
+  unknown fields — those make every side they may select `unknown` (an explicit deny from a valid
+  policy still wins).
 
 Module map: `selectors` (label selectors, peer scoping), `identity` (a pod's identity labels),
 `ports` (port sets and interval arithmetic), `rules` (compiled types), `cilium` and `knp`

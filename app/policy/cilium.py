@@ -238,10 +238,10 @@ def _peers(name: str, raw: Any, where: str, ctx: _Context) -> Peers:
         for i, item in enumerate(items):
             _cidr_rule(item, f"{where}[{i}]")
     elif suffix == "Nodes":
-        for i, s in enumerate(items):
-            parse_selector(s, f"{where}[{i}]")
+        nodes = tuple(parse_selector(s, f"{where}[{i}]") for i, s in enumerate(items))
         ctx.warnings.append(f"warning: {where} needs enable-node-selector-labels (else Cilium rejects the policy) "
                             "and never matches a pod")
+        return Peers(never=f"{name}: {NEVER_A_POD[suffix]}", nodes=nodes)
     return Peers(never=f"{name}: {NEVER_A_POD[suffix]}")
 
 

@@ -64,6 +64,9 @@ class PolicyIndex:
     label_keys: frozenset[str]
     # Container port name → the numbers pods of the snapshot give it (egress named-port ambiguity).
     port_names: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    # Direction → (policy, rule path) of every CCNP rule with a nodeSelector (a host policy) that has
+    # entries in that direction, valid or not: they govern hostNetwork pods' traffic (§1.4).
+    host_rules: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     def rules_for(self, identity: Mapping[str, str], namespace: str) -> list[Rule]:
         """Every rule (certain or not) whose subject selects a pod with `identity` in `namespace`."""
@@ -145,7 +148,27 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
         dict(buckets),
         frozenset(_strip_source(k) for k in keys),
         {name: frozenset(numbers) for name, numbers in port_names.items()},
+        _host_rules(snapshot),
     )
+
+
+def _host_rules(snapshot: Snapshot) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Host policy rules by direction, read from the raw bodies (however malformed the rest is)."""
+    out: dict[str, list[tuple[str, str]]] = {d: [] for d in DIRECTIONS}
+    for obj in snapshot.policies:
+        if obj.kind != CCNP:
+            continue
+        specs = obj.body.get("specs")
+        raw_rules = [("spec", obj.body.get("spec"))]
+        if isinstance(specs, list):
+            raw_rules += [(f"specs[{i}]", raw) for i, raw in enumerate(specs)]
+        for path, raw in raw_rules:
+            if not isinstance(raw, Mapping) or raw.get("nodeSelector") is None:
+                continue
+            for direction in DIRECTIONS:
+                if raw.get(direction) is not None or raw.get(direction + "Deny") is not None:
+                    out[direction].append((obj.ref, path))
+    return {d: tuple(refs) for d, refs in out.items()}
 
 
 def label_keys_mentioned(snapshot: Snapshot) -> frozenset[str]:

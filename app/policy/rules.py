@@ -39,6 +39,15 @@ ENTITY_MATCHES_POD: Mapping[str, Match] = {
 }
 
 
+def entity_matches_node(entity: str, node: str) -> Match:
+    """Whether entity `entity` holds the `node` identity (host | remote-node) a hostNetwork pod's
+    traffic carries (§1.4, §4.5): `all` and `cluster` hold both; `kube-apiserver` is also on a node
+    that runs the apiserver, which the snapshot does not tell; `cluster-mesh` is not pinned down."""
+    if entity in ("all", "cluster", node):
+        return "yes"
+    return "maybe" if entity in ("kube-apiserver", "cluster-mesh") else "no"
+
+
 @dataclass(frozen=True)
 class Peers:
     """Whom an entry applies to. Exactly one L3 field is set per entry (Cilium validation)."""
@@ -48,6 +57,7 @@ class Peers:
     entities: tuple[str, ...] = ()
     never: str = ""  # a field that never selects a pod (CIDR, nodes, FQDN), for messages
     maybe: str = ""  # a field whose pod match cannot be evaluated (toServices)
+    nodes: tuple[Selector, ...] = ()  # fromNodes/toNodes selectors (they match remote nodes only)
 
     def match(self, identity: Mapping[str, str], namespace: str) -> tuple[Match, str]:
         """Whether a pod with `identity` in `namespace` is a peer, and which part decided it."""
@@ -67,6 +77,39 @@ class Peers:
                 return "yes", f"entity {entity}"
             if got == "maybe":
                 found = ("maybe", f"entity {entity}: membership is not defined precisely enough to evaluate")
+        if self.maybe:
+            found = ("maybe", self.maybe)
+        return found
+
+    def match_node(self, node: str, *, pod_selectors: bool = True) -> tuple[Match, str]:
+        """Whether a hostNetwork pod's traffic, carrying the `node` identity (host | remote-node),
+        is a peer. `pod_selectors=False` for a NetworkPolicy: its podSelector / namespaceSelector
+        peers select pods, never node traffic (§8); its missing `from`/`to` is the true wildcard."""
+        if self.wildcard:
+            return "yes", "any peer (no L3 selector)"
+        found: tuple[Match, str] = ("no", f"no peer of this entry selects entity {node}")
+        for selector in self.selectors:
+            if not pod_selectors:
+                continue
+            got, why = selector.match_node(node)
+            if got == "yes":
+                return "yes", why
+            if got == "maybe":
+                found = ("maybe", why)
+        for entity in self.entities:
+            got = entity_matches_node(entity, node)
+            if got == "yes":
+                return "yes", f"entity {entity}"
+            if got == "maybe":
+                found = ("maybe", f"entity {entity}: whether it holds entity {node} of this node is not known "
+                          "(a node running kube-apiserver; cluster-mesh membership)")
+        # fromNodes/toNodes select remote nodes by their labels; current Cilium ANDs reserved:remote-node,
+        # so the local host is never one of them (§4.7).
+        usable = [s for s in self.nodes if not s.broken]
+        if node == "remote-node" and usable:
+            if any(not s.requirements for s in usable):
+                return "yes", "node selector {} (every remote node)"
+            found = ("maybe", f"node selector {usable[0]}: the nodes the pods run on are not known")
         if self.maybe:
             found = ("maybe", self.maybe)
         return found

@@ -1,7 +1,8 @@
 """Label selectors as Cilium matches them against endpoint identities (cilium-semantics.md §1.2, §2).
 
 Owns: parsing an EndpointSelector / Kubernetes LabelSelector into requirements that carry a label
-source (`k8s:`, `any:`, `reserved:`, ...), matching them against a pod identity, and the
+source (`k8s:`, `any:`, `reserved:`, ...), matching them against a pod identity or a node identity
+(`host` / `remote-node`, the identities a hostNetwork pod's traffic carries, §1.4), and the
 namespace scoping Cilium adds to peer selectors.
 Must not: know about rules, ports or verdicts.
 
@@ -18,7 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.models.labels import CILIUM_NAMESPACE_LABEL, CILIUM_NAMESPACE_LABELS_PREFIX
+from app.models.labels import (
+    CILIUM_CLUSTER_LABEL,
+    CILIUM_NAMESPACE_LABEL,
+    CILIUM_NAMESPACE_LABELS_PREFIX,
+    CILIUM_SERVICE_ACCOUNT_LABEL,
+)
 
 Match = Literal["yes", "no", "maybe"]
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -27,6 +33,12 @@ POD_SOURCES = frozenset({"k8s", "any"})
 RESERVED_SOURCE = "reserved"
 # Kubernetes label value syntax (apimachinery validation.IsValidLabelValue).
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# The reserved identities a hostNetwork pod's traffic carries: `host` on its own node,
+# `remote-node` on the others (§1.4). Both are in no namespace and have no service account.
+NODE_IDENTITIES = ("host", "remote-node")
+# Labels only a pod's identity has; a node identity never carries them.
+_POD_ONLY_KEYS = (CILIUM_NAMESPACE_LABEL, CILIUM_NAMESPACE_LABELS_PREFIX, CILIUM_SERVICE_ACCOUNT_LABEL,
+                  CILIUM_CLUSTER_LABEL)
 
 
 class InvalidPolicy(ValueError):
@@ -41,7 +53,10 @@ class Requirement:
     values: frozenset[str] = frozenset()
 
     def matches(self, identity: Mapping[str, str]) -> bool:
-        value = identity.get(self.key) if self.source in POD_SOURCES else None
+        return self.holds(identity.get(self.key) if self.source in POD_SOURCES else None)
+
+    def holds(self, value: str | None) -> bool:
+        """Whether a label with this key and `value` (None: no such label) satisfies the requirement."""
         if self.operator == "In":
             return value is not None and value in self.values
         if self.operator == "NotIn":
@@ -49,6 +64,22 @@ class Requirement:
         if self.operator == "Exists":
             return value is not None
         return value is None  # DoesNotExist
+
+    def on_node(self, node: str) -> Match:
+        """Whether the `node` identity (host | remote-node) satisfies the requirement.
+
+        Exact for reserved keys and for the labels only pods carry; `maybe` for any other key,
+        since node identities may carry node labels (node-selector labels), which are not modelled,
+        and for `reserved:kube-apiserver`, which a node running the apiserver also carries.
+        """
+        reserved = self.source == RESERVED_SOURCE
+        if reserved or (self.source == "any" and self.key in (*NODE_IDENTITIES, "kube-apiserver")):
+            if self.key == "kube-apiserver":
+                return "maybe"
+            return "yes" if self.holds("" if self.key == node else None) else "no"
+        if self.source not in POD_SOURCES or self.key.startswith(_POD_ONLY_KEYS):
+            return "yes" if self.holds(None) else "no"
+        return "maybe"
 
     def __str__(self) -> str:
         key = self.key if self.source == "any" else f"{self.source}:{self.key}"
@@ -190,6 +221,27 @@ class PeerSelector:
         if self.namespace is None or self.namespace == namespace:
             return "yes"
         return "maybe" if self.scope_uncertain else "no"
+
+    def match_node(self, node: str) -> tuple[Match, str]:
+        """Whether traffic of a hostNetwork pod, seen as the `node` identity, is a peer (§1.4)."""
+        if self.selector.broken:
+            return "no", f"peer selector {self} matches nothing"
+        if self.namespace is not None and not self.scope_uncertain:
+            return "no", f"peer selector {self} is scoped to a namespace, which a node identity is not in"
+        got: Match = "yes"
+        for requirement in self.selector.requirements:
+            one = requirement.on_node(node)
+            if one == "no":
+                return "no", f"peer selector {self}: {requirement} does not hold for entity {node}"
+            if one == "maybe":
+                got = "maybe"
+        if got == "maybe":
+            return "maybe", (f"peer selector {self} may select entity {node}: node identities may carry node or "
+                             "kube-apiserver labels, which the snapshot does not tell")
+        if self.namespace is not None:
+            return "maybe", (f"peer selector {self} names namespace labels and selects entity {node} unscoped: "
+                             "older Cilium releases scope it to the policy's namespace, newer ones do not")
+        return "yes", f"peer selector {self} selects entity {node}"
 
     def __str__(self) -> str:
         scope = f" in namespace {self.namespace}" if self.namespace is not None else ""

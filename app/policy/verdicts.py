@@ -28,9 +28,12 @@ from app.models.network import (
     VerdictKind,
 )
 from app.policy import ports as portsets
+from app.policy.cilium import CCNP
 from app.policy.identity import describe, identity_labels
-from app.policy.index import build_index
+from app.policy.index import PolicyIndex, build_index
+from app.policy.knp import KIND as KNP
 from app.policy.rules import Direction, Entry, Rule
+from app.policy.selectors import NODE_IDENTITIES
 
 FLOW_PROTOCOLS = ("TCP", "UDP", "SCTP", "ANY")
 ENFORCEMENT_MODES: tuple[str, ...] = get_args(PolicyEnforcement)
@@ -60,12 +63,17 @@ class _Side:
     rules: tuple[Rule, ...]
     enforcement: PolicyEnforcement
     port_names: Mapping[str, frozenset[int]]
+    peer_node: str = ""  # host | remote-node: the peer is a hostNetwork pod seen as that identity
 
     @property
     def title(self) -> str:
+        peer = describe(self.peer)
+        if self.peer_node:
+            where = "the same node" if self.peer_node == "host" else "another node"
+            peer = f"hostNetwork {peer} as entity {self.peer_node} (on {where})"
         if self.direction == "egress":
-            return f"egress of {describe(self.subject)} to {describe(self.peer)}"
-        return f"ingress of {describe(self.subject)} from {describe(self.peer)}"
+            return f"egress of {describe(self.subject)} to {peer}"
+        return f"ingress of {describe(self.subject)} from {peer}"
 
 
 def check_flow(
@@ -97,16 +105,16 @@ def check_flow(
         egress = SideVerdict("allow", (Reason("egress", "not-enforced", "policy enforcement mode is never"),))
         ingress = SideVerdict("allow", (Reason("ingress", "not-enforced", "policy enforcement mode is never"),))
         return _combine(egress, ingress)
-    if src.host_network or dst.host_network:
-        return _host_network(src, dst)
     index = build_index(snapshot)
+    protocols = ("TCP", "UDP", "SCTP") if protocol == "ANY" else (protocol,)
+    if src.host_network or dst.host_network:
+        return _host_network(index, src, dst, (ports.first, ports.last), protocols, enforcement)
     src_identity, dst_identity = identity_labels(src), identity_labels(dst)
     sides = (
         _Side("egress", src, dst, tuple(index.rules_for(src_identity, src.namespace)), enforcement, index.port_names),
         _Side("ingress", dst, src, tuple(index.rules_for(dst_identity, dst.namespace)), enforcement, index.port_names),
     )
     peer_identities = (dst_identity, src_identity)
-    protocols = ("TCP", "UDP", "SCTP") if protocol == "ANY" else (protocol,)
     egress, ingress = (
         _merge([_judge(side, identity, dst.ports, (ports.first, ports.last), p) for p in protocols])
         for side, identity in zip(sides, peer_identities, strict=True)
@@ -129,13 +137,70 @@ def _combine(egress: SideVerdict, ingress: SideVerdict) -> Verdict:
     return Verdict(verdict, egress, ingress, egress.reasons + ingress.reasons)
 
 
-def _host_network(src: Endpoint, dst: Endpoint) -> Verdict:
-    who = ", ".join(describe(e) for e in (src, dst) if e.host_network)
-    message = (f"{who} uses hostNetwork: it is not a Cilium endpoint (host or remote-node identity, host "
-               "policies only), which this checker does not evaluate")
-    egress = SideVerdict("unknown", (Reason("egress", "unknown", message),))
-    ingress = SideVerdict("unknown", (Reason("ingress", "unknown", message),))
+def _host_network(
+    index: PolicyIndex, src: Endpoint, dst: Endpoint, span: portsets.Interval, protocols: Sequence[str],
+    enforcement: PolicyEnforcement,
+) -> Verdict:
+    """A flow from or to a hostNetwork pod (§1.4, §4.5).
+
+    Such a pod is not a Cilium endpoint: its own side is the host's, governed only by host policies
+    (CCNP `nodeSelector`, host firewall); its traffic reaches the pod on the other side as entity
+    `host` from the same node and `remote-node` from another. Where the pods will run is not
+    known, so the pod's side must agree for both identities, or it is `unknown`.
+    """
+    egress = (_host_side(index, "egress", src, enforcement) if src.host_network
+              else _toward_node(index, "egress", src, dst, dst.ports, span, protocols, enforcement))
+    ingress = (_host_side(index, "ingress", dst, enforcement) if dst.host_network
+               else _toward_node(index, "ingress", dst, src, dst.ports, span, protocols, enforcement))
     return _combine(egress, ingress)
+
+
+def _host_side(index: PolicyIndex, direction: Direction, pod: Endpoint, enforcement: PolicyEnforcement) -> SideVerdict:
+    """The hostNetwork pod's own side: host traffic, enforced only by host policies."""
+    title = f"{direction} of hostNetwork {describe(pod)} is host traffic"
+    host_rules = index.host_rules.get(direction, ())
+    if host_rules:
+        message = (f"{title}, which host policies (CiliumClusterwideNetworkPolicy nodeSelector) govern "
+                   f"when the host firewall is on; host policies are not evaluated")
+        return SideVerdict("unknown", tuple(Reason(direction, "unknown", message, ref, CCNP, path)
+                                            for ref, path in host_rules))
+    if enforcement == "always":
+        message = (f"{title}: under policy enforcement mode always the host is default-deny if the host firewall "
+                   "is on, which the snapshot does not tell")
+        return SideVerdict("unknown", (Reason(direction, "unknown", message),))
+    message = f"{title} and no host policy (CiliumClusterwideNetworkPolicy nodeSelector) exists: not enforced"
+    return SideVerdict("allow", (Reason(direction, "allow", message),))
+
+
+def _toward_node(
+    index: PolicyIndex, direction: Direction, subject: Endpoint, peer: Endpoint, dst_ports: Sequence[ContainerPort],
+    span: portsets.Interval, protocols: Sequence[str], enforcement: PolicyEnforcement,
+) -> SideVerdict:
+    """A pod's side toward a hostNetwork peer: judged for the peer as entity host and as remote-node."""
+    rules = tuple(index.rules_for(identity_labels(subject), subject.namespace))
+    same, other = (
+        _merge([
+            _judge(_Side(direction, subject, peer, rules, enforcement, index.port_names, node), {}, dst_ports, span, p)
+            for p in protocols
+        ])
+        for node in NODE_IDENTITIES
+    )
+    if same.verdict == other.verdict:
+        return SideVerdict(same.verdict, tuple(dict.fromkeys(same.reasons + other.reasons)))
+    message = (f"{direction} of {describe(subject)} {'to' if direction == 'egress' else 'from'} hostNetwork "
+               f"{describe(peer)} is {_brief(same)} from the same node (entity host) but {_brief(other)} from "
+               "another node (entity remote-node); which applies depends on the nodes the pods run on, which is "
+               "not known")
+    return SideVerdict("unknown", (Reason(direction, "unknown", message), *same.reasons, *other.reasons))
+
+
+def _brief(verdict: SideVerdict) -> str:
+    """`denied (CiliumNetworkPolicy ml/a ingressDeny[0])`: the verdict and the policies that decide it."""
+    effects = {"allow": ("allow",), "deny": ("deny", "default-deny"), "unknown": ("unknown",)}[verdict.verdict]
+    refs = dict.fromkeys(" ".join(p for p in (r.kind, r.policy, r.rule) if p)
+                         for r in verdict.reasons if r.policy and r.effect in effects)
+    word = {"allow": "allowed", "deny": "denied", "unknown": "unknown"}[verdict.verdict]
+    return f"{word} ({'; '.join(refs)})" if refs else word
 
 
 def _collect(
@@ -146,7 +211,10 @@ def _collect(
         if rule.uncertain:
             continue
         for entry in rule.entries(side.direction):
-            match, why = entry.peers.match(peer_identity, side.peer.namespace)
+            if side.peer_node:
+                match, why = entry.peers.match_node(side.peer_node, pod_selectors=rule.kind != KNP)
+            else:
+                match, why = entry.peers.match(peer_identity, side.peer.namespace)
             if match == "no":
                 continue
             why += _named_port_note(side, entry)
@@ -191,6 +259,8 @@ def _judge(
     uncertain = [r for r in side.rules if r.uncertain and side.direction in r.directions]
     if uncertain:
         return SideVerdict("unknown", tuple(_uncertain_reason(side, r) for r in _unique_policies(uncertain)))
+    if side.direction == "ingress" and side.peer_node == "host":
+        return _from_local_host(side, span, coverage, protocol)
     enforcing = [r for r in side.rules if side.direction in r.enforces]
     enforced = side.enforcement == "always" or bool(enforcing)
     if enforced:
@@ -214,6 +284,19 @@ def _judge(
         return SideVerdict("allow", _not_enforced_reasons(side))
     allowed = _hits_in(span, coverage.allow)
     return SideVerdict("allow", tuple(_hit_reason(side, h, part, protocol, "allow") for h, part in allowed))
+
+
+def _from_local_host(side: _Side, span: portsets.Interval, coverage: _Coverage, protocol: str) -> SideVerdict:
+    """Ingress from the pod's own node is always allowed (allow-localhost, Cilium's default, §1.4)
+    unless denied; a deny that may apply, or an L7 rule that redirects the port, leaves it unknown."""
+    open_gaps = portsets.subtract(span, [h.span for h in coverage.allow])
+    unsure = _hits_in(span, coverage.deny_maybe) + [
+        (h, part) for gap in open_gaps for h, part in _hits_in(gap, coverage.allow_conditional) if h.entry.conditions
+    ]
+    if unsure:
+        return SideVerdict("unknown", tuple(_hit_reason(side, h, part, protocol, "unknown") for h, part in unsure))
+    message = f"{side.title}: the local host may always reach its pods (allow-localhost, Cilium's default)"
+    return SideVerdict("allow", (Reason(side.direction, "allow", message),))
 
 
 def _hits_in(span: portsets.Interval, hits: Iterable[_Hit]) -> list[tuple[_Hit, list[portsets.Interval]]]:

@@ -20,6 +20,7 @@ from app.models.job import JobGroup
 from tests.builders import (
     GPU,
     GPU_TAINT,
+    make_ccnp,
     make_cnp,
     make_group,
     make_namespace,
@@ -479,6 +480,31 @@ def test_leader_labels_of_a_worker_only_pytorchjob(role: str, allowed: bool) -> 
     got = engine.decide(group, three_zones(policies=[role_ingress_deny(role)]), Settings())
     assert got.allowed is allowed
     assert any("ml/no-rendezvous-into-masters" in r for r in got.reasons) is not allowed
+
+
+def host_network_torch() -> JobGroup:
+    return make_group(
+        make_replica("Master", coordinator=True, host_network=True),
+        make_replica("Worker", count=2, gpus=2, host_network=True, placement=make_placement(tolerations=[tolerate()])),
+        namespace=NS,
+    )
+
+
+HOST_FIREWALL = make_ccnp("host-fw", {"nodeSelector": {}, "ingress": [{"fromEntities": ["cluster"]}]})
+
+
+@pytest.mark.parametrize(
+    "policies, allowed",
+    [
+        pytest.param([], True, id="no policies: host traffic is not enforced, allowed"),
+        pytest.param([index_quarantine(0)], True, id="pod policies do not apply to hostNetwork pods: allowed"),
+        pytest.param([HOST_FIREWALL], False, id="a host policy exists: host ingress is not evaluated, refused"),
+    ],
+)
+def test_host_network_job(policies: list[Any], allowed: bool) -> None:
+    got = engine.decide(host_network_torch(), three_zones(policies=policies), Settings())
+    assert got.allowed is allowed
+    assert all("host-fw" in r and "cannot be evaluated" in r for r in got.reasons)
 
 
 def test_index_values_that_cannot_be_enumerated_make_the_unchecked_flows_unknown() -> None:

@@ -195,6 +195,11 @@ def test_blocking_reasons(verdict: Verdict, want: tuple[str, ...]) -> None:
             "egress not enforced (no policy selects the pod in this direction)",
             id="no policy selects the pod",
         ),
+        pytest.param(
+            SideVerdict("allow", (Reason("egress", "allow", "egress of hostNetwork ml/w-0 is host traffic: not enforced"),)),
+            "egress allowed: egress of hostNetwork ml/w-0 is host traffic: not enforced",
+            id="an allow no policy decides (hostNetwork host traffic, allow-localhost) says why",
+        ),
     ],
 )
 def test_describe_side(side: SideVerdict, want: str) -> None:

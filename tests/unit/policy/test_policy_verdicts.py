@@ -765,7 +765,11 @@ UNKNOWNS = [
         ),
         id="an explicit deny is certain next to an uncertain policy: deny",
     ),
-    pytest.param(Case([], "unknown", src=endpoint(name="w", host_network=True)), id="hostNetwork source: unknown"),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")]})], "unknown",
+             src=endpoint(name="w", role="worker", host_network=True)),
+        id="hostNetwork source: allowed from its own node, denied from another: unknown",
+    ),
     pytest.param(
         Case([], "allow", src=endpoint(name="w", host_network=True), enforcement="never"),
         id="hostNetwork source under mode never: allow",
