@@ -196,8 +196,8 @@ def test_blocking_reasons(verdict: Verdict, want: tuple[str, ...]) -> None:
             id="no policy selects the pod",
         ),
         pytest.param(
-            SideVerdict("allow", (Reason("egress", "allow", "egress of hostNetwork ml/w-0 is host traffic: not enforced"),)),
-            "egress allowed: egress of hostNetwork ml/w-0 is host traffic: not enforced",
+            SideVerdict("allow", (Reason("egress", "allow", "hostNetwork ml/w-0 is host traffic: not enforced"),)),
+            "egress allowed: hostNetwork ml/w-0 is host traffic: not enforced",
             id="an allow no policy decides (hostNetwork host traffic, allow-localhost) says why",
         ),
     ],
