@@ -10,7 +10,8 @@ in three zones with 1,000 policies (3 zone-identity CNPs in the job's namespace,
 team namespaces plus some cluster-wide ones) and a busy GPU pod on every third node.
 
 Reported: requests/s and p99 of the echo app, of topoguard at 5,000 and at 60 nodes (same
-policies), of topoguard deciding inline on the event loop; the ratios (targets: topoguard/echo
+policies), of topoguard deciding inline on the event loop, of the HTTP layer alone (a review the
+pipeline skips), and the latency with one connection (no queueing); the ratios (targets: topoguard/echo
 >= 0.5, 5,000-node/60-node >= 0.8); cold start to ready with 5,000 nodes; RSS; and the full-GC pause
 with the cache warm (measured in this process on the same snapshot). Traffic stays on loopback,
 each run is bounded by --duration.
@@ -399,6 +400,11 @@ def main() -> int:
                           f"{got['p99_ms']:>8.2f} {got['non2xx'] + got['socket_errors']:>7.0f}")
                     if name not in results or got["rps"] > results[name]["rps"]:
                         results[name] = got
+            # One connection, one review at a time: the latency a single job submission sees (the
+            # apiserver's real load is a few reviews per second, not saturation).
+            single = wrk(servers[1].port, script, duration=max(duration // 2, 3), connections=1)
+            print(f"{BIG + ', 1 connection':<40} {'-':>5} {single['rps']:>9.0f} {single['p50_ms']:>8.2f} "
+                  f"{single['p99_ms']:>8.2f} {single['non2xx'] + single['socket_errors']:>7.0f}")
             print(f"{'server':<32} {'ready s':>8} {'RSS MiB':>8} {'peak MiB':>9}")
             for server in servers:
                 rss, peak = server.rss_mib()
