@@ -317,6 +317,10 @@ def test_map_for_a_namespace_lists_its_policies_and_open_zones(client: httpx.Cli
     # zoneIdentityLabel=zone: a pod labelled zone=zone-a may talk to its peers under allow-intra-zone-a.
     assert verdicts == {"zone-a": "allow", "zone-b": "allow"}
     assert got["enforcement"] == "deny"
+    zone_a = next(flow for flow in got["flows"] if flow["zone"] == "zone-a")
+    assert zone_a["reasons"][0]["message"].startswith(
+        "egress of ml-demo/<pod in zone-a> to ml-demo/<pod in zone-a> on 1-65535/TCP is allowed"
+    )
 
 
 def test_map_for_a_job_gives_the_per_zone_table(client: httpx.Client) -> None:
