@@ -33,6 +33,7 @@ REASONS: Mapping[int, str] = {
     422: "Invalid",
     500: "InternalError",
     503: "ServiceUnavailable",
+    504: "Timeout",  # the server's missed decision deadline (metav1.StatusReasonTimeout)
 }
 
 

@@ -13,6 +13,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,9 +21,10 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.cache.files import build_snapshot
+from app import cli
+from app.cache.files import build_snapshot, load_snapshot
 from app.cache.store import StaticStore, SyncStatus
-from app.config import Settings
+from app.config import Settings, load_settings
 from app.http.app import create_app, settle_heap
 from app.models.cluster import Snapshot
 from app.tls import KeyPair
@@ -39,6 +41,10 @@ from tests.integration.conftest import (
 )
 
 BODY_LIMIT_BYTES = 64 * 1024
+DATA = Path(__file__).resolve().parents[1] / "data"
+LAB = DATA / "clusters" / "lab.yaml"
+LAB_CONFIG = DATA / "clusters" / "lab-config.yaml"
+LAB_REVIEW = DATA / "reviews" / "lab-pytorchjob-create.json"
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +257,22 @@ def test_missed_deadline_answers_per_enforcement(
     text = response.get("status", {}).get("message", "") + " ".join(response.get("warnings", []))
     assert "deadline" in text
     if not want_allowed:
-        assert response["status"]["code"] == 504
+        assert (response["status"]["code"], response["status"]["reason"]) == (504, "Timeout")
+
+
+def test_the_server_sends_exactly_the_bytes_topoguard_review_prints(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """One wire shape: POST /mutate and `topoguard review` answer the same review with the same bytes."""
+    server = serve(create_app(load_settings(LAB_CONFIG, environ={}), StaticStore(load_snapshot(LAB))))
+    body = LAB_REVIEW.read_bytes()
+    with https_client(server, server_pair) as c:
+        got = post_raw(c, "/mutate", body)
+    code = cli.main(["review", "--cluster", str(LAB), "--config", str(LAB_CONFIG), str(LAB_REVIEW)])
+    printed = capsysbinary.readouterr().out
+    assert (got.status_code, code) == (200, 0)
+    assert json.loads(got.content)["response"]["patch"]  # a real answer, not an empty admission
+    assert got.content + b"\n" == printed
 
 
 def test_readiness_follows_cache_sync(
