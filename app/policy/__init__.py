@@ -3,7 +3,8 @@
 The public API (other packages import only these names):
 
 - `build_index(snapshot)`: every policy compiled once per snapshot (memoized on it).
-- `check_flow(snapshot, src, dst, ports, protocol, *, enforcement)`: the verdict with reasons.
+- `check_flow(snapshot, src, dst, ports, protocol, *, enforcement)`: the verdict with reasons,
+  memoized per snapshot; `evaluate_flow` (same arguments) computes it afresh.
 - `endpoint_for_pod(snapshot, pod)`: an existing pod as policy sees it.
 - `label_keys_mentioned(snapshot)`: every label key a policy selector names.
 - `label_values_mentioned(snapshot, key)`: the values selectors compare one label key against.
@@ -42,13 +43,14 @@ from app.policy.index import (
     label_values_mentioned,
     policy_problems,
 )
-from app.policy.verdicts import check_flow
+from app.policy.verdicts import check_flow, evaluate_flow
 
 __all__ = [
     "PolicyIndex",
     "build_index",
     "check_flow",
     "endpoint_for_pod",
+    "evaluate_flow",
     "label_keys_mentioned",
     "label_values_mentioned",
     "policy_problems",

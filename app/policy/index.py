@@ -67,6 +67,9 @@ class PolicyIndex:
     # Direction → (policy, rule path) of every CCNP rule with a nodeSelector (a host policy) that has
     # entries in that direction, valid or not: they govern hostNetwork pods' traffic (§1.4).
     host_rules: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # Every identity key a compiled selector (subject, peer or node) can read, plus the raw keys:
+    # labels outside this set never change a verdict (see `verdicts.check_flow`'s memo).
+    keys_read: frozenset[str] = frozenset()
 
     def rules_for(self, identity: Mapping[str, str], namespace: str) -> list[Rule]:
         """Every rule (certain or not) whose subject selects a pod with `identity` in `namespace`."""
@@ -149,7 +152,25 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
         frozenset(_strip_source(k) for k in keys),
         {name: frozenset(numbers) for name, numbers in port_names.items()},
         _host_rules(snapshot),
+        _keys_read(compiled) | frozenset(_strip_source(k) for k in keys),
     )
+
+
+def _keys_read(compiled: tuple[CompiledPolicy, ...]) -> frozenset[str]:
+    """The key of every requirement of every compiled selector, whatever its source or operator.
+
+    `Requirement.matches` reads `identity[key]` and nothing else; rules, peers and entities read
+    no other label (`Rule.selects`, `Peers.match`), and the subject buckets are keyed by these keys.
+    """
+    out: set[str] = set()
+    for policy in compiled:
+        for rule in policy.rules:
+            selectors = [rule.subject] if rule.subject is not None else []
+            for entry in (*rule.ingress, *rule.egress):
+                selectors += [p.selector for p in entry.peers.selectors]
+                selectors += entry.peers.nodes
+            out.update(r.key for s in selectors for r in s.requirements)
+    return frozenset(out)
 
 
 def _host_rules(snapshot: Snapshot) -> dict[str, tuple[tuple[str, str], ...]]:

@@ -13,6 +13,7 @@ unknown; otherwise allow. Ports are handled as intervals, so 1-65535 costs what 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -85,6 +86,29 @@ def check_flow(
     *,
     enforcement: PolicyEnforcement = "default",
 ) -> Verdict:
+    """`evaluate_flow`, memoized per snapshot on exactly what the verdict depends on (`flow_key`)."""
+    _validate(ports, protocol, enforcement)
+    if enforcement == "never":
+        return evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement)
+    index = build_index(snapshot)
+    key = (flow_key(index, src), flow_key(index, dst), ports.first, ports.last, protocol, enforcement)
+    memo = snapshot.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo())
+    found = memo.get(key)
+    if found is None:
+        found = evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement)
+        memo.put(key, found)
+    return found
+
+
+def evaluate_flow(
+    snapshot: Snapshot,
+    src: Endpoint,
+    dst: Endpoint,
+    ports: PortRange,
+    protocol: str,
+    *,
+    enforcement: PolicyEnforcement = "default",
+) -> Verdict:
     """Whether `src` can open connections to `dst` on every port of `ports` over `protocol`.
 
     Args:
@@ -120,6 +144,64 @@ def check_flow(
         for side, identity in zip(sides, peer_identities, strict=True)
     )
     return _combine(egress, ingress)
+
+
+VERDICT_MEMO_KEY = "policy.verdicts"
+# Verdicts kept per snapshot. A decision asks a handful per zone; the bound only caps memory when
+# many different jobs are reviewed against one long-lived snapshot.
+VERDICT_MEMO_SIZE = 4096
+
+EndpointKey = tuple[object, ...]
+
+
+def flow_key(index: PolicyIndex, endpoint: Endpoint) -> EndpointKey:
+    """Everything about `endpoint` a verdict can depend on: two endpoints with equal keys get equal verdicts.
+
+    Every field but the pod labels is kept whole (namespace and its labels, service account, ports
+    — named ports resolve against the destination's — hostNetwork, IPs, name). Pod labels are kept
+    only for the keys some compiled selector reads (`PolicyIndex.keys_read`; `{}` selectors,
+    entities and namespace scoping read no label), in their own order, since the order of an
+    identity's keys orders the rules found for it and so the reasons. Identity keys Cilium derives
+    (namespace, its labels, service account, cluster) follow from fields kept whole, and the
+    label filter drops any pod label that would collide with them. Without a name, messages
+    describe the endpoint by all its labels, so then they are all kept.
+    """
+    if endpoint.name:
+        read = index.keys_read
+        labels = tuple((k, v) for k, v in endpoint.labels.items() if k in read)
+    else:
+        labels = tuple(endpoint.labels.items())
+    return (
+        endpoint.namespace,
+        tuple(endpoint.namespace_labels.items()),
+        endpoint.service_account,
+        endpoint.ports,
+        endpoint.host_network,
+        endpoint.ips,
+        endpoint.name,
+        labels,
+    )
+
+
+class VerdictMemo:
+    """A bounded verdict cache for one snapshot; the oldest entry goes first when it is full."""
+
+    def __init__(self, size: int = VERDICT_MEMO_SIZE) -> None:
+        self._size = size
+        self._entries: dict[tuple[object, ...], Verdict] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...]) -> Verdict | None:
+        return self._entries.get(key)
+
+    def put(self, key: tuple[object, ...], verdict: Verdict) -> None:
+        with self._lock:
+            while len(self._entries) >= self._size:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = verdict
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def _validate(ports: PortRange, protocol: str, enforcement: str) -> None:
