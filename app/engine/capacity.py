@@ -16,6 +16,7 @@ decision never walks the node or pod list:
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -207,6 +208,42 @@ def pack(demands: Sequence[PodDemand]) -> str | None:
         for r, n in demand.gpus.items():
             taken[r] = taken.get(r, 0) + n
     return None
+
+
+PACK_MEMO_KEY = "engine.pack"
+PACK_MEMO_SIZE = 1024  # distinct (demand, pools) shapes remembered per snapshot
+
+
+@dataclass
+class _PackMemo:
+    """Packing outcomes of one snapshot. Pools are keyed by identity and kept alive by the entry,
+    so an id in a key always names the very (immutable) pool it was computed on."""
+
+    entries: dict[tuple[object, ...], tuple[str | None, tuple[Pool, ...]]]
+    lock: threading.Lock
+
+    @classmethod
+    def empty(cls, _: Snapshot) -> _PackMemo:
+        return cls({}, threading.Lock())
+
+
+def pack_memoized(snapshot: Snapshot, demands: Sequence[PodDemand]) -> str | None:
+    """`pack(demands)`, remembered per snapshot.
+
+    `pack` reads only each demand's replica key, pod count, GPUs per pod (in order) and pools;
+    pools come from the snapshot's zone index (or are built from its nodes) and never change.
+    """
+    key = tuple((d.replica, d.count, tuple(d.gpus.items()), tuple(id(p) for p in d.pools)) for d in demands)
+    memo = snapshot.memo(PACK_MEMO_KEY, _PackMemo.empty)
+    found = memo.entries.get(key)
+    if found is not None:
+        return found[0]
+    result = pack(demands)
+    with memo.lock:
+        while len(memo.entries) >= PACK_MEMO_SIZE:
+            del memo.entries[next(iter(memo.entries))]
+        memo.entries[key] = (result, tuple(p for d in demands for p in d.pools))
+    return result
 
 
 def largest_free(pools: Iterable[Pool]) -> int:

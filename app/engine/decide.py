@@ -87,7 +87,7 @@ def _capacity_problem(run: Run, fit: zones.ZoneFit) -> str:
         for r in run.group.replicas
         if r.gpus_per_pod and fit.replicas[r.key].can_run
     ]
-    if not demands or capacity.pack(demands) is None:
+    if not demands or capacity.pack_memoized(run.snapshot, demands) is None:
         return ""
     needed = f"{CAPACITY_PREFIX}{gpus_needed(run.group)} GPUs ({_gpu_breakdown(run.group)}), {fit.gpus_free} free"
     if fit.gpus_free < gpus_needed(run.group):
