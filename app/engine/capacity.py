@@ -227,6 +227,11 @@ class _PackMemo:
         return cls({}, threading.Lock())
 
 
+def pack_memo(snapshot: Snapshot) -> _PackMemo:
+    """The snapshot's packing memo (created empty the first time)."""
+    return snapshot.memo(PACK_MEMO_KEY, _PackMemo.empty)
+
+
 def pack_memoized(snapshot: Snapshot, demands: Sequence[PodDemand]) -> str | None:
     """`pack(demands)`, remembered per snapshot.
 
@@ -234,7 +239,7 @@ def pack_memoized(snapshot: Snapshot, demands: Sequence[PodDemand]) -> str | Non
     pools come from the snapshot's zone index (or are built from its nodes) and never change.
     """
     key = tuple((d.replica, d.count, tuple(d.gpus.items()), tuple(id(p) for p in d.pools)) for d in demands)
-    memo = snapshot.memo(PACK_MEMO_KEY, _PackMemo.empty)
+    memo = pack_memo(snapshot)
     found = memo.entries.get(key)
     if found is not None:
         return found[0]

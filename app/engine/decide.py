@@ -51,6 +51,7 @@ class Run:
 def prepare(snapshot: Snapshot, settings: Settings) -> None:
     """Build the per-snapshot indexes a decision reads, so the first request does not pay for them."""
     capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    capacity.pack_memo(snapshot)
     policy.build_index(snapshot)
     policy.label_keys_mentioned(snapshot)
 
