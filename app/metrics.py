@@ -19,6 +19,14 @@ PREFIX = "topoguard"
 # them lets the two views be compared bucket by bucket. 8 s is the app-side deadline.
 REVIEW_DURATION_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 8.0)
 
+# Every value of `topoguard_reviews_total{outcome}`: the admission pipeline's outcomes
+# (app.http.admission.OutcomeName), then the two only the server answers with (app.http.routes).
+REVIEW_OUTCOMES = ("patched", "unchanged", "denied", "warned", "skipped", "error", "bad-request", "timeout")
+# Every value of `topoguard_decision_reasons_total{reason}` (app.http.routes classifies): per zone
+# that could not take a job, capacity / network-deny / network-unknown, or placement when neither
+# applies; once per refused job, split when its replicas share no zone or could run split across zones.
+REASON_CLASSES = ("capacity", "network-deny", "network-unknown", "placement", "split")
+
 
 class Metrics:
     """The metrics of one app instance."""
@@ -27,12 +35,12 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.reviews = Counter(
-            f"{PREFIX}_reviews_total", "AdmissionReviews answered, by outcome "
-            "(allowed, patched, denied, warned, error, bad-request, timeout).",
+            f"{PREFIX}_reviews_total", f"AdmissionReviews answered, by outcome ({', '.join(REVIEW_OUTCOMES)}).",
             ["operation", "kind", "outcome"], registry=r,
         )
         self.decision_reasons = Counter(
-            f"{PREFIX}_decision_reasons_total", "Reasons given for zones that could not take a job.",
+            f"{PREFIX}_decision_reasons_total",
+            f"Why jobs were refused: per zone that could not take one, split per job ({', '.join(REASON_CLASSES)}).",
             ["reason"], registry=r,
         )
         self.review_duration = Histogram(
@@ -58,7 +66,7 @@ class Metrics:
         self.review_duration.labels(operation=operation).observe(duration_seconds)
 
     def record_reasons(self, reasons: Mapping[str, int]) -> None:
-        """`reasons`: short reason class → count (e.g. {"network-deny": 2, "capacity": 1})."""
+        """`reasons`: reason class (one of REASON_CLASSES) → count (e.g. {"network-deny": 2, "capacity": 1})."""
         for reason, count in reasons.items():
             self.decision_reasons.labels(reason=reason).inc(count)
 

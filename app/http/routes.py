@@ -122,11 +122,29 @@ def _deadline_review(
     return responses.refused(request.uid, code=504, message=message + "; retry shortly")
 
 
+# How the engine words a refusal whose cause is a group split across zones. NB: Decision carries no
+# structured cause, so these match the engine's texts: engine.zones.describe_conflict ("the replicas
+# share no zone: ...", both webhooks) and engine.validation ("the group can be split across zones
+# (...)", validating webhook), and the summaries engine.validate gives those two refusals.
+SPLIT_REASON_PREFIXES = ("the replicas share no zone", "the group can be split across zones")
+SPLIT_SUMMARIES = frozenset({"denied: replicas share no zone", "denied: group can be split"})
+
+
+def _is_split(decision: Decision) -> bool:
+    """Whether `decision` refuses the job because its replicas share no zone or could run split."""
+    if decision.allowed:
+        return False
+    return decision.summary in SPLIT_SUMMARIES or any(r.startswith(SPLIT_REASON_PREFIXES) for r in decision.reasons)
+
+
 def _reason_counts(decision: Decision | None) -> dict[str, int]:
-    """Low-cardinality reason classes for topoguard_decision_reasons_total."""
+    """Low-cardinality reason classes (metrics.REASON_CLASSES) for topoguard_decision_reasons_total:
+    one per zone that could not take the job, plus `split` once for a job refused as split."""
     counts: dict[str, int] = {}
     if decision is None:
         return counts
+    if _is_split(decision):
+        counts["split"] = 1
     for report in decision.zones:
         if report.eligible:
             continue

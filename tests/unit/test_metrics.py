@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import get_args
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.metrics import Metrics
+from app.http.admission import OutcomeName
+from app.metrics import REASON_CLASSES, REVIEW_OUTCOMES, Metrics
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -66,3 +72,39 @@ def test_cache_synced_is_zero_or_one() -> None:
     assert samples(m)[("topoguard_cache_synced", ())] == 0
     m.record_cache(synced=True, age_seconds=0.0, objects={})
     assert samples(m)[("topoguard_cache_synced", ())] == 1
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+def _help(metrics: Metrics, name: str) -> str:
+    body, _ = metrics.render()
+    prefix = f"# HELP {name} "
+    return next(line[len(prefix):] for line in body.decode().splitlines() if line.startswith(prefix))
+
+
+def _documented(metric: str, label: str) -> list[str]:
+    """The values docs/operations.md lists in parentheses after `label` in the metric's table row."""
+    row = next(line for line in DOCS.read_text().splitlines() if line.startswith(f"| `{metric}` "))
+    match = re.search(rf"`{label}` \(([^)]*)\)", row)
+    assert match, f"docs/operations.md lists no {label} values for {metric}"
+    return [v.strip() for v in match.group(1).split(",")]
+
+
+def test_outcomes_are_what_the_pipeline_and_the_server_emit() -> None:
+    assert set(REVIEW_OUTCOMES) == {*get_args(OutcomeName), "bad-request", "timeout"}
+    assert len(REVIEW_OUTCOMES) == len(set(REVIEW_OUTCOMES))
+
+
+@pytest.mark.parametrize(
+    "metric, label, values",
+    [
+        pytest.param("topoguard_reviews_total", "outcome", REVIEW_OUTCOMES,
+                     id="help text and docs list exactly the outcomes emitted"),
+        pytest.param("topoguard_decision_reasons_total", "reason", REASON_CLASSES,
+                     id="help text and docs list exactly the reason classes emitted"),
+    ],
+)
+def test_help_text_and_operations_doc_list_the_label_values(metric: str, label: str, values: tuple[str, ...]) -> None:
+    assert f"({', '.join(values)})" in _help(Metrics(), metric)
+    assert _documented(metric, label) == list(values)

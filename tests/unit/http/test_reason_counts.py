@@ -1,0 +1,79 @@
+"""routes._reason_counts: the reason classes of topoguard_decision_reasons_total, from real decisions.
+
+Each case answers the lab review (tests/data) through the admission pipeline against the lab
+snapshot, so the classes follow what the engine really reports, not hand-built decisions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.cache.files import load_snapshot
+from app.config import Settings, load_settings
+from app.http import admission, routes
+from app.metrics import REASON_CLASSES
+from app.models.decision import Decision
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+LAB = load_snapshot(DATA / "clusters" / "lab.yaml")
+LAB_REVIEW: dict[str, Any] = json.loads((DATA / "reviews" / "lab-pytorchjob-create.json").read_text())
+ZONE = "topology.kubernetes.io/zone"
+Edit = Callable[[dict[str, Any]], None]
+
+
+def _master_spec(job: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    return spec
+
+
+def pin_master_to_zone_b(job: dict[str, Any]) -> None:
+    _master_spec(job)["nodeSelector"] = {ZONE: "zone-b"}
+
+
+def as_written(job: dict[str, Any]) -> None:
+    pass
+
+
+def decision_for(edit: Edit, operation: admission.Operation, settings: Settings) -> Decision:
+    review = copy.deepcopy(LAB_REVIEW)
+    edit(review["request"]["object"])
+    outcome = admission.answer(admission.parse_review(review), snapshot=LAB, settings=settings, operation=operation)
+    assert outcome.decision is not None
+    return outcome.decision
+
+
+IDENTITY = load_settings(DATA / "clusters" / "lab-config.yaml", environ={})  # zoneIdentityLabel: zone
+
+
+@pytest.mark.parametrize(
+    "edit, operation, settings, want",
+    [
+        # NB: zone-a also counts under `capacity`: ZoneReport.fits is false when a replica cannot be
+        # scheduled there at all, not only when GPUs are short.
+        pytest.param(pin_master_to_zone_b, "mutate", IDENTITY, {"split": 1, "capacity": 1},
+                     id="mutate: coordinator pinned away from the GPU zone counts as split"),
+        pytest.param(as_written, "validate", IDENTITY, {"split": 1, "capacity": 1, "network-deny": 1},
+                     id="validate: the lab as written shares no zone and counts as split"),
+        pytest.param(as_written, "mutate", Settings(), {"network-deny": 1},
+                     id="mutate: a blocked path is network-deny, not split"),
+        pytest.param(as_written, "mutate", IDENTITY, {},
+                     id="mutate: a placed job counts no reason"),
+    ],
+)
+def test_reason_classes(edit: Edit, operation: admission.Operation, settings: Settings, want: dict[str, int]) -> None:
+    got = routes._reason_counts(decision_for(edit, operation, settings))
+    assert got == want
+    assert set(got) <= set(REASON_CLASSES)
+
+
+def test_a_group_that_could_run_split_counts_as_split() -> None:
+    """engine.validate's other split refusal (the group is pinned nowhere), as the engine words it."""
+    decision = Decision(False, None, (), ("the group can be split across zones (Master can run in zone-a, zone-b)",),
+                        summary="denied: group can be split")
+    assert routes._reason_counts(decision) == {"split": 1}
