@@ -115,6 +115,34 @@ def test_parse_review_refuses_malformed_reviews(body: Any, fragment: str) -> Non
         admission.parse_review(body)
 
 
+def _nested(levels: int, *, arrays: bool = False) -> dict[str, Any]:
+    """The job's review with a field nesting `levels` levels in all (the review itself is level 1)."""
+    body = review(job())
+    chain: Any = "leaf"
+    for _ in range(levels - 2):  # the review and its request are the first two levels
+        chain = [chain] if arrays else {"x": chain}
+    body["request"]["extension"] = chain
+    return body
+
+
+@pytest.mark.parametrize(
+    "levels, arrays, refused",
+    [
+        pytest.param(admission.MAX_NESTING_DEPTH, False, False, id="nesting at the limit is accepted"),
+        pytest.param(admission.MAX_NESTING_DEPTH + 1, False, True, id="one object level over the limit is refused"),
+        pytest.param(admission.MAX_NESTING_DEPTH + 1, True, True, id="arrays count as levels too"),
+        pytest.param(900, False, True, id="900 levels are refused early, not a recursion error later"),
+    ],
+)
+def test_parse_review_bounds_the_nesting(levels: int, arrays: bool, refused: bool) -> None:
+    body = _nested(levels, arrays=arrays)
+    if refused:
+        with pytest.raises(admission.BadReview, match=f"more than {admission.MAX_NESTING_DEPTH} levels deep"):
+            admission.parse_review(body)
+    else:
+        assert admission.parse_review(body).uid == UID
+
+
 def test_parse_review_keeps_unknown_fields_and_allows_delete_without_object() -> None:
     body = _with(operation="DELETE", object=None, newFieldFromAFutureRelease={"x": 1})
     request = admission.parse_review(body)

@@ -79,6 +79,19 @@ def test_unusable_input_exits_2_with_a_message_and_no_output(
     assert err.startswith("topoguard review: ") and fragment in err
 
 
+def test_a_too_deeply_nested_review_exits_2(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> None:
+    body = json.loads(LAB_REVIEW.read_text())
+    deep: Any = {}
+    for _ in range(150):
+        deep = {"x": deep}
+    body["request"]["object"]["metadata"]["deep"] = deep
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(body))
+    code, out, err = run_review(capsysbinary, "--cluster", str(LAB), str(path))
+    assert (code, out) == (2, b"")
+    assert err.startswith("topoguard review: not a usable AdmissionReview: ") and "levels deep" in err
+
+
 def test_review_reads_stdin_and_validates(tmp_path: Path) -> None:
     body: dict[str, Any] = json.loads(LAB_REVIEW.read_text())
     proc = subprocess.run(
