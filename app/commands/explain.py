@@ -24,6 +24,7 @@ from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, Settings, load_settings
 from app.engine import patches
 from app.engine.flows import describe_flow, describe_reason, describe_sides
+from app.http.admission import unsupported_message
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
 
@@ -173,6 +174,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=_namespace(raw))
         decision = engine.decide(group, snapshot, settings)
         patch = patches.build_patch(raw, group, decision, settings) if decision.allowed else []
+    except jobs.UnsupportedKindError as e:
+        print(f"topoguard explain: {unsupported_message(e)}", file=err)  # the webhook's wording
+        return EXIT_USAGE
     except (ConfigError, SnapshotError, InputError, jobs.JobError, patches.PatchError) as e:
         print(f"topoguard explain: {e}", file=err)
         return EXIT_USAGE

@@ -50,7 +50,7 @@ from app.models.cluster import Snapshot
 from app.models.decision import Decision
 from app.models.job import JobGroup
 
-__all__ = ["AdmissionRequest", "BadReview", "Outcome", "answer", "parse_review"]
+__all__ = ["AdmissionRequest", "BadReview", "Outcome", "answer", "parse_review", "unsupported_message"]
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,8 @@ def _answer(
     try:
         group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace)
     except jobs.UnsupportedKindError as e:
-        return Outcome(responses.refused(uid, code=400, message=_unsupported_message(e)), "denied", kind, None)
+        refusal = responses.refused(uid, code=400, message="topoguard: " + unsupported_message(e))
+        return Outcome(refusal, "denied", kind, None)
     except jobs.InvalidJobError as e:
         return Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, None)
     if request.operation == "UPDATE" and _placement_unchanged(request.old_object, group, settings, namespace):
@@ -248,10 +249,15 @@ def _subject(obj: Mapping[str, Any], kind: str, namespace: str, name: str | None
     return f"{kind or 'object'} {where}".strip()
 
 
-def _unsupported_message(error: jobs.UnsupportedKindError) -> str:
+def unsupported_message(error: jobs.UnsupportedKindError) -> str:
+    """`unsupported job kind 'Pod' in apiVersion 'v1'; supported: JAXJob (kubeflow.org/v1), ...`.
+
+    The one wording for every surface (the webhook's 400, `topoguard review`, `topoguard explain`).
+    """
     supported = ", ".join(f"{kind} ({api})" for api, kind in sorted(jobs.SUPPORTED, key=lambda p: (p[1], p[0])))
-    what = f"{error.kind or '(no kind)'} ({error.api_version or 'no apiVersion'})"
-    return f"topoguard does not handle {what}; supported: {supported}"
+    kind = repr(error.kind) if error.kind else "(none)"
+    api_version = repr(error.api_version) if error.api_version else "(none)"
+    return f"unsupported job kind {kind} in apiVersion {api_version}; supported: {supported}"
 
 
 def _invalid(uid: str, subject: str, problems: Sequence[str]) -> dict[str, Any]:

@@ -200,7 +200,8 @@ def test_answer_lets_through_what_is_not_ours_to_place(
     "body, code, fragments",
     [
         pytest.param(review({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}), 400,
-                     ["Deployment (apps/v1)", "PyTorchJob (kubeflow.org/v1)", "TrainJob"],
+                     ["topoguard: unsupported job kind 'Deployment' in apiVersion 'apps/v1'; supported: ",
+                      "PyTorchJob (kubeflow.org/v1)", "TrainJob"],
                      id="an unsupported kind is refused with 400 naming it and the supported kinds"),
         pytest.param(_malformed(), 422, ["PyTorchJob ml/train is invalid", "spec.pytorchReplicaSpecs.Worker.replicas"],
                      id="a malformed job is refused with 422 naming the field path"),
