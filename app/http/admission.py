@@ -16,8 +16,9 @@ Order of the checks in `answer` (each one ends the pipeline):
    namespace missing from the snapshot is checked (the selector already let the request through).
 3. Unsupported apiVersion/kind: refused, 400, naming the kind and the supported ones.
 4. A malformed job: refused, 422, listing every bad field path.
-5. UPDATE whose placement-relevant parts (per replica: count, GPUs, ports, labels, nodeSelector,
-   affinity, tolerations, spread constraints) equal the old object's: allowed, no patch. Only
+5. UPDATE whose placement-relevant parts (per replica: count, GPUs, ports, hostNetwork, service
+   account, pod labels and the labels of pod 0 only, nodeSelector, affinity, tolerations, spread
+   constraints; the required flows) equal the old object's: allowed, no patch. Only
    placement is re-checked on UPDATE; everything else the operators and Kueue change is let through.
 6. A cache problem (not synced, stale): refused 503 or, under enforcement `warn`, allowed with a
    warning, never a silent allow.
@@ -272,7 +273,7 @@ def _placement(group: JobGroup) -> list[tuple[Any, ...]]:
     for r in group.replicas:
         spec = _mapping(r.template.get("spec"))
         out.append((r.key, r.count, dict(r.gpus), r.ports, r.host_network, r.service_account, dict(r.pod_labels),
-                    tuple(spec.get(f) for f in PLACEMENT_SPEC_FIELDS)))
+                    dict(r.leader_labels), tuple(spec.get(f) for f in PLACEMENT_SPEC_FIELDS)))
     return out
 
 

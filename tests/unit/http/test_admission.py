@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
+from app import jobs
 from app.config import Settings
 from app.http import admission
 from app.models.cluster import Snapshot
@@ -326,6 +328,24 @@ def test_an_update_that_changes_placement_is_checked_again() -> None:
     new["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
     got = answer(review(new, operation="UPDATE", old=old), cluster())
     assert (got.outcome, response_of(got)["status"]["code"]) == ("denied", 403)
+
+
+@pytest.mark.parametrize(
+    "change, unchanged",
+    [
+        pytest.param({}, True, id="the same group is unchanged"),
+        pytest.param({"leader_labels": {"training.kubeflow.org/job-role": "worker"}}, False,
+                     id="a different label on pod 0 only is a placement change"),
+        pytest.param({"pod_labels": {"team": "other"}}, False, id="different pod labels are a placement change"),
+    ],
+)
+def test_placement_compares_the_labels_policies_can_read(change: dict[str, Any], unchanged: bool) -> None:
+    group = jobs.parse_job(job(), gpu_resources=Settings().gpu_resources, namespace=NS)
+    master = next(r for r in group.replicas if r.key == "Master")
+    assert master.leader_labels, "kubeflow v1 labels the coordinator's pod 0 job-role=master"
+    changed = dataclasses.replace(group, replicas=tuple(
+        dataclasses.replace(r, **change) if r.key == "Master" else r for r in group.replicas))
+    assert (admission._placement(group) == admission._placement(changed)) is unchanged
 
 
 def test_dry_run_gets_the_same_answer_and_is_flagged_for_the_caller() -> None:
