@@ -1,4 +1,4 @@
-"""Command line: `topoguard serve | review | explain | reach | version` (DESIGN.md "Contracts").
+"""Command line: `topoguard serve | review | explain | reach`, and `topoguard --version` (DESIGN.md "Contracts").
 
 Thin: declares the arguments (the contract) and dispatches to app.commands.<name>.run, imported
 lazily so `reach` and `review` start without loading the web stack.
@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(reach, cluster_required=True)
     reach.add_argument("--from", dest="src", required=True, metavar="NS/POD|NS:k=v,...")
     reach.add_argument("--to", dest="dst", required=True, metavar="NS/POD|NS:k=v,...")
-    reach.add_argument("--port", required=True, metavar="PORT[/TCP|UDP|ANY]")
+    reach.add_argument("--port", required=True, metavar="PORT[-END][/TCP|UDP|SCTP|ANY]",
+                       help="a port or an inclusive range (30000-32767); protocol TCP unless given")
     reach.add_argument("--policy-enforcement", choices=["default", "always", "never"])
     reach.add_argument("-o", "--output", choices=["text", "json"], default="text")
     return parser

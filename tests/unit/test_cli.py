@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from app import cli, jobs
+from app.commands.reach import parse_port
 from app.http.admission import unsupported_message
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -23,3 +25,21 @@ def test_explain_names_the_supported_kinds_as_the_webhook_does(
     want = unsupported_message(jobs.UnsupportedKindError("v1", "Pod"))
     assert (code, captured.out, captured.err) == (2, "", f"topoguard explain: {want}\n")
     assert all(f"{kind} ({api})" in captured.err for api, kind in jobs.SUPPORTED)
+
+
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(sub.choices)
+
+
+def test_the_module_docstring_names_exactly_the_commands() -> None:
+    first_line = (cli.__doc__ or "").splitlines()[0]
+    named = first_line.split("`topoguard ", 1)[1].split("`", 1)[0]
+    assert {c.strip() for c in named.split("|")} == _commands(cli.build_parser())
+
+
+def test_reach_port_help_shows_ranges_and_sctp_which_it_accepts() -> None:
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert "--port PORT[-END][/TCP|UDP|SCTP|ANY]" in sub.choices["reach"].format_help()
+    assert [str(parse_port(p)[0]) + "/" + parse_port(p)[1] for p in ("30000-32767", "38/SCTP")] == [
+        "30000-32767/TCP", "38/SCTP"]
