@@ -2,18 +2,25 @@
 
 Thin: declares the arguments (the contract) and dispatches to app.commands.<name>.run, imported
 lazily so `reach` and `review` start without loading the web stack.
+
+A reader that goes away early (`topoguard reach ... -o json | head -3`) ends the command quietly
+with exit 141 (128 + SIGPIPE, what a shell reports for a writer killed by SIGPIPE): not 0, which
+`reach` uses for "allow", and distinct from every verdict and usage code, so a script running with
+`set -o pipefail` sees that the output was cut.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from app import __version__
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def _add_common(p: argparse.ArgumentParser, *, cluster_required: bool) -> None:
@@ -69,7 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     module = importlib.import_module(f"app.commands.{args.command}")
-    code: int = module.run(args)
+    try:
+        code: int = module.run(args)
+        sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at interpreter exit
+    except BrokenPipeError:
+        # Python ignores SIGPIPE and raises instead. As the `signal` module's docs advise, point stdout
+        # at devnull so the interpreter's own final flush cannot raise (and print) again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,29 @@ def test_reach_port_help_shows_ranges_and_sctp_which_it_accepts() -> None:
     assert "--port PORT[-END][/TCP|UDP|SCTP|ANY]" in sub.choices["reach"].format_help()
     assert [str(parse_port(p)[0]) + "/" + parse_port(p)[1] for p in ("30000-32767", "38/SCTP")] == [
         "30000-32767/TCP", "38/SCTP"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["reach", "--cluster", str(LAB), "--from", "ml-demo:app=a", "--to", "ml-demo:app=b",
+                      "--port", "80", "-o", "json"], id="reach into a closed pipe exits 141 without a traceback"),
+        pytest.param(["explain", str(ROOT / "examples" / "pytorchjob-lab.yaml"), "--cluster", str(LAB),
+                      "-o", "json"], id="explain into a closed pipe exits 141 without a traceback"),
+        pytest.param(["review", "--cluster", str(LAB), str(DATA / "reviews" / "lab-pytorchjob-create.json")],
+                     id="review into a closed pipe exits 141 without a traceback"),
+    ],
+)
+def test_a_closed_stdout_ends_the_command_quietly(args: list[str]) -> None:
+    # The reading end is closed before the command starts, so its first write surely fails (EPIPE).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "app", *args], stdout=write_end, stderr=subprocess.PIPE,
+                              timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr.decode()) == (cli.EXIT_BROKEN_PIPE, "")
