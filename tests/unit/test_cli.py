@@ -72,3 +72,33 @@ def test_a_closed_stdout_ends_the_command_quietly(args: list[str]) -> None:
     finally:
         os.close(write_end)
     assert (proc.returncode, proc.stderr.decode()) == (cli.EXIT_BROKEN_PIPE, "")
+
+
+@pytest.mark.parametrize(
+    "kubeconfig, detail",
+    [
+        pytest.param(None, "Invalid kube-config file", id="a missing kubeconfig exits 2 naming it"),
+        pytest.param(".", "Is a directory", id="a directory as kubeconfig exits 2 naming it"),
+        pytest.param("clusters: [unclosed\n", "expected ',' or ']'", id="unparsable kubeconfig YAML exits 2"),
+        pytest.param("apiVersion: v1\nkind: Config\ncurrent-context: nope\n", "Expected object with name nope",
+                     id="a kubeconfig without its current context exits 2"),
+    ],
+)
+def test_serve_with_an_unusable_kubeconfig_exits_2_with_the_message(
+    tmp_path: Path, kubeconfig: str | None, detail: str
+) -> None:
+    if kubeconfig is None:
+        path = tmp_path / "nonexistent"
+    elif kubeconfig == ".":
+        path = tmp_path
+    else:
+        path = tmp_path / "kubeconfig"
+        path.write_text(kubeconfig)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--kubeconfig", str(path), "--self-signed", "--host", "127.0.0.1",
+         "--port", "0"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"topoguard serve: cannot configure the Kubernetes client from kubeconfig {path}: ")
+    assert detail in proc.stderr and "Traceback" not in proc.stderr
