@@ -89,8 +89,10 @@ knp_body = st.builds(
     st.lists(st.sampled_from(["Ingress", "Egress"]), min_size=1, max_size=2, unique=True),
 )
 policy = st.one_of(
-    st.builds(lambda i, r, ns: cnp(f"cnp-{i}", ns, spec=r), st.integers(0, 99), cnp_rule, st.sampled_from([NS, OTHER_NS])),
-    st.builds(lambda i, rs: ccnp(f"ccnp-{i}", specs=rs), st.integers(0, 99), st.lists(cnp_rule, min_size=1, max_size=2)),
+    st.builds(lambda i, r, ns: cnp(f"cnp-{i}", ns, spec=r), st.integers(0, 99), cnp_rule,
+              st.sampled_from([NS, OTHER_NS])),
+    st.builds(lambda i, rs: ccnp(f"ccnp-{i}", specs=rs), st.integers(0, 99),
+              st.lists(cnp_rule, min_size=1, max_size=2)),
     st.builds(lambda i, body, ns: knp(f"knp-{i}", ns, **body), st.integers(0, 99), knp_body,
               st.sampled_from([NS, OTHER_NS])),
 )
