@@ -88,16 +88,26 @@ def _named(value: str, where: str) -> str:
     return name
 
 
-def parse_cilium_port(raw: Any, where: str) -> PortSpec:
-    """A CNP `PortProtocol`: port "0" = all ports, `endPort` > port = a range, unset protocol = ANY."""
+def _checked_protocol(
+    raw: Any, where: str, *, default: str, accepted: frozenset[str], listed: str, shape: str
+) -> str:
+    """The shared checks of a port entry (CNP and KNP alike): a mapping, no unknown fields, and a
+    protocol from `accepted` (`listed` is how the message names them), `default` when unset."""
     if not isinstance(raw, Mapping):
-        raise InvalidPolicy(f"{where}: must be a mapping with port/endPort/protocol")
+        raise InvalidPolicy(f"{where}: must be a mapping with {shape}")
     unknown = sorted(set(raw) - {"port", "endPort", "protocol"})
     if unknown:
         raise InvalidPolicy(f"{where}: unknown field(s) {', '.join(unknown)}")
-    protocol = raw.get("protocol") or "ANY"
-    if not isinstance(protocol, str) or protocol not in CNP_PROTOCOLS:
-        raise InvalidPolicy(f"{where}.protocol: {protocol!r} is not one of TCP, UDP, SCTP, ANY")
+    protocol = raw.get("protocol") or default
+    if not isinstance(protocol, str) or protocol not in accepted:
+        raise InvalidPolicy(f"{where}.protocol: {protocol!r} is not one of {listed}")
+    return protocol
+
+
+def parse_cilium_port(raw: Any, where: str) -> PortSpec:
+    """A CNP `PortProtocol`: port "0" = all ports, `endPort` > port = a range, unset protocol = ANY."""
+    protocol = _checked_protocol(raw, where, default="ANY", accepted=CNP_PROTOCOLS,
+                                 listed="TCP, UDP, SCTP, ANY", shape="port/endPort/protocol")
     port = raw.get("port")
     if port is None or port == "":
         raise InvalidPolicy(f"{where}.port: missing")
@@ -112,14 +122,8 @@ def parse_cilium_port(raw: Any, where: str) -> PortSpec:
 
 def parse_knp_port(raw: Any, where: str) -> PortSpec:
     """A NetworkPolicyPort: protocol defaults to TCP, no port = every port of that protocol."""
-    if not isinstance(raw, Mapping):
-        raise InvalidPolicy(f"{where}: must be a mapping with protocol/port/endPort")
-    unknown = sorted(set(raw) - {"port", "endPort", "protocol"})
-    if unknown:
-        raise InvalidPolicy(f"{where}: unknown field(s) {', '.join(unknown)}")
-    protocol = raw.get("protocol") or "TCP"
-    if not isinstance(protocol, str) or protocol not in KNP_PROTOCOLS:
-        raise InvalidPolicy(f"{where}.protocol: {protocol!r} is not one of TCP, UDP, SCTP")
+    protocol = _checked_protocol(raw, where, default="TCP", accepted=KNP_PROTOCOLS,
+                                 listed="TCP, UDP, SCTP", shape="protocol/port/endPort")
     port = raw.get("port")
     end = _end_port(raw.get("endPort"), f"{where}.endPort")
     if port is None:
