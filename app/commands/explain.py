@@ -181,8 +181,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         print(f"topoguard explain: {e}", file=err)
         return EXIT_USAGE
     if args.output == "json":
-        json.dump(to_json(group, decision, patch), out, indent=2, ensure_ascii=False)
+        json.dump(engine.render_json(to_json(group, decision, patch), group.name), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        out.write(render_text(group, decision, patch, settings))
+        out.write(engine.render(render_text(group, decision, patch, settings), group.name))
     return EXIT_CHOSEN if decision.allowed else EXIT_NONE

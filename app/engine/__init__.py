@@ -4,7 +4,20 @@ Never does I/O and never sees the live cache: callers pass one immutable `Snapsh
 Must not import kubernetes, fastapi, starlette, uvicorn or prometheus_client (import-linter).
 """
 
-from app.engine.decide import decide, prepare
-from app.engine.validation import validate
+from app.engine.cached import Pending, decide, pending, validate
+from app.engine.decide import decide_fresh, prepare
+from app.engine.memo import JOB_PLACEHOLDER, render, render_json
+from app.engine.validation import validate_fresh
 
-__all__ = ["decide", "prepare", "validate"]
+__all__ = [
+    "JOB_PLACEHOLDER",
+    "Pending",
+    "decide",
+    "decide_fresh",
+    "pending",
+    "prepare",
+    "render",
+    "render_json",
+    "validate",
+    "validate_fresh",
+]

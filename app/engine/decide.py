@@ -9,10 +9,11 @@ PURE: every input is an argument (group, snapshot, settings); the same arguments
 3. Network: every flow of the group simulated with the pods as they will be labelled in the zone.
 4. Choice among zones that fit and are open (`zoneStrategy`); user pins restrict the candidates.
 
-`decide` is the mutating path (topoguard may add tolerations and the zone identity label);
-`validation.validate` judges the job as written with the same building blocks (`start_run`,
+`decide_fresh` is the mutating path (topoguard may add tolerations and the zone identity label);
+`validation.validate_fresh` judges the job as written with the same building blocks (`start_run`,
 `report_zone`, ...). Neither applies deny/warn enforcement: they return allowed=False with reasons
-and the HTTP layer decides what to do with them.
+and the HTTP layer decides what to do with them. `engine.decide` / `engine.validate` are these two,
+memoized per snapshot (engine/cached.py).
 """
 
 from __future__ import annotations
@@ -223,8 +224,9 @@ def summarize(zone: str | None, run: Run, checks: Sequence[FlowCheck]) -> str:
     )
 
 
-def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
-    """The zone the group should be pinned to (mutating path), with the per-zone table.
+def decide_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+    """The zone the group should be pinned to (mutating path), with the per-zone table, computed now
+    (`engine.decide` is this, memoized per snapshot).
 
     Returns allowed=False with sorted, per-zone reasons when no zone fits and is open.
     """

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app import policy
+from app.engine.memo import JOB_PLACEHOLDER
 from app.models.cluster import Snapshot
 from app.models.decision import FlowCheck
 from app.models.job import Flow, JobGroup, Replica
@@ -107,7 +108,9 @@ class FlowChecker:
             service_account=replica.service_account or "default",
             ports=replica.ports,
             host_network=replica.host_network,
-            name=f"{self.group.name}-{replica.role}-{index}",
+            # The job's name is left out (memo.JOB_PLACEHOLDER), so the verdicts and the decision hold for
+            # every job of the same shape; the surfaces put the name in (memo.render).
+            name=f"{JOB_PLACEHOLDER}-{replica.role}-{index}",
         )
 
     def endpoints(self, replica: Replica, overrides: Mapping[str, str]) -> tuple[Endpoint, ...]:

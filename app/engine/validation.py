@@ -67,8 +67,9 @@ def _split_reason(run: Run, zones_of: Mapping[str, Sequence[str]]) -> str:
     )
 
 
-def validate(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+def validate_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
     """Judge the job as written (validating webhook): one zone for the whole group, and it is open.
+    Computed now; `engine.validate` is this, memoized per snapshot.
 
     Strict: no tolerations or labels are added. The group must be unable to split across zones
     (every replica restricted to the same single zone, or podAffinity over the zone topology), every

@@ -183,8 +183,9 @@ def _answer(
 
     decide = engine.decide if operation == "mutate" else engine.validate
     decision = decide(group, snapshot, settings)
+    job_name = _job_name(obj, request.name)
     if not decision.allowed:
-        return _refusal(uid, subject, kind, decision, warn=warn)
+        return _refusal(uid, subject, kind, decision, warn=warn, job_name=job_name)
     ops: list[dict[str, Any]] = []
     if operation == "mutate":
         try:
@@ -194,7 +195,8 @@ def _answer(
         except patches.PatchError as e:
             return Outcome(_invalid(uid, subject, [str(e)]), "denied", kind, decision)
     name: OutcomeName = "patched" if ops else "unchanged"
-    review = responses.allowed(uid, patch=ops, warnings=decision.warnings, audit=_audit(decision, name))
+    warnings = [engine.render(w, job_name) for w in decision.warnings]
+    review = responses.allowed(uid, patch=ops, warnings=warnings, audit=_audit(decision, name))
     return Outcome(review, name, kind, decision)
 
 
@@ -208,17 +210,16 @@ def _ours_to_place(request: AdmissionRequest, obj: Mapping[str, Any], snapshot: 
     return _opted_in(snapshot, request.namespace or str(metadata.get("namespace") or ""))
 
 
-def _refusal(uid: str, subject: str, kind: str, decision: Decision, *, warn: bool) -> Outcome:
+def _refusal(uid: str, subject: str, kind: str, decision: Decision, *, warn: bool, job_name: str) -> Outcome:
     """No zone qualifies: refuse with 403 and the per-zone reasons, or admit unchanged with warnings."""
-    reasons = list(decision.reasons) or ["no zone qualifies"]
+    reasons = [engine.render(r, job_name) for r in decision.reasons] or ["no zone qualifies"]
+    warnings = [engine.render(w, job_name) for w in decision.warnings]
     if warn:
         summary = f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn)"
-        review = responses.allowed(uid, warnings=[summary, *reasons, *decision.warnings],
-                                   audit=_audit(decision, "warned"))
+        review = responses.allowed(uid, warnings=[summary, *reasons, *warnings], audit=_audit(decision, "warned"))
         return Outcome(review, "warned", kind, decision)
     message = f"topoguard: {subject} cannot run in one open zone: " + "; ".join(reasons)
-    review = responses.refused(uid, code=403, message=message, warnings=decision.warnings,
-                               audit=_audit(decision, "denied"))
+    review = responses.refused(uid, code=403, message=message, warnings=warnings, audit=_audit(decision, "denied"))
     return Outcome(review, "denied", kind, decision)
 
 
@@ -236,6 +237,12 @@ def _enforcement(snapshot: Snapshot, namespace: str, settings: Settings) -> str:
     """The namespace label `topoguard.io/enforcement` (warn|deny) when set, else the setting."""
     value = snapshot.namespace_labels(namespace).get(labels.ENFORCEMENT_LABEL, "") if namespace else ""
     return value if value in ("deny", "warn") else settings.enforcement
+
+
+def _job_name(obj: Mapping[str, Any], name: str | None) -> str:
+    """The name the job's pods will be named after, for the engine's messages (`engine.render`)."""
+    metadata = _mapping(obj.get("metadata"))
+    return str(name or metadata.get("name") or (f"{metadata['generateName']}*" if metadata.get("generateName") else ""))
 
 
 def _subject(obj: Mapping[str, Any], kind: str, namespace: str, name: str | None) -> str:

@@ -315,7 +315,7 @@ def job_map(snapshot: Snapshot, settings: Settings, raw: Any) -> dict[str, Any]:
     except jobs.JobError as e:
         raise _HTTPProblem(400, f"not a usable job: {e}") from None
     decision = engine.decide(group, snapshot, settings)
-    return {
+    table = {
         "job": f"{group.kind} {group.namespace}/{group.name}",
         "allowed": decision.allowed,
         "zone": decision.zone,
@@ -334,6 +334,8 @@ def job_map(snapshot: Snapshot, settings: Settings, raw: Any) -> dict[str, Any]:
             for z in decision.zones
         ],
     }
+    rendered: dict[str, Any] = engine.render_json(table, group.name)
+    return rendered
 
 
 def build_map(state: AppState, *, namespace: str | None = None, job: Any = None) -> dict[str, Any]:

@@ -118,7 +118,7 @@ def test_endpoint_carries_the_pod_identity_and_overrides() -> None:
         },
         {"team": "research", "kubernetes.io/metadata.name": "ml"},
         "default",
-        "train-master-0",
+        "<job>-master-0",  # the job name goes in at the surfaces (engine.render)
     )
 
 

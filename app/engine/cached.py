@@ -1,0 +1,60 @@
+"""`decide` and `validate`: the two decisions, memoized per snapshot (engine/memo.py says on what).
+
+PURE. `pending` looks the decision up first, so a caller can tell a decision it already has
+(microseconds: answer at once) from one it must compute (milliseconds with many policies: run it
+where a deadline can be kept). `decide`/`validate` are `pending(...).result()`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from app.config import Settings
+from app.engine import memo
+from app.engine.decide import decide_fresh
+from app.engine.validation import is_colocated, validate_fresh
+from app.models.cluster import Snapshot
+from app.models.decision import Decision
+from app.models.job import JobGroup
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A decision about to be made: `known` when the snapshot's memo holds it already (then `result()`
+    costs nothing), else `result()` computes it and keeps it for the next job of the same shape."""
+
+    key: tuple[Hashable, ...]
+    known: Decision | None
+    compute: Callable[[], Decision]
+    snapshot: Snapshot
+
+    def result(self) -> Decision:
+        if self.known is not None:
+            return self.known
+        return memo.memoized(self.key, self.snapshot, self.compute)
+
+
+def pending(kind: memo.Kind, group: JobGroup, snapshot: Snapshot, settings: Settings) -> Pending:
+    """The mutating (`decide`) or validating (`validate`) decision for the group, looked up in the memo."""
+    if kind == "decide":
+        key = memo.decision_key(kind, group, snapshot, settings)
+        compute = functools.partial(decide_fresh, group, snapshot, settings)
+    else:
+        key = memo.decision_key(kind, group, snapshot, settings, colocated=is_colocated(group, settings.zone_label))
+        compute = functools.partial(validate_fresh, group, snapshot, settings)
+    return Pending(key, memo.memo_of(snapshot).get(key), compute, snapshot)
+
+
+def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+    """The zone the group should be pinned to (mutating path), with the per-zone table (`decide_fresh`).
+
+    Returns allowed=False with sorted, per-zone reasons when no zone fits and is open.
+    """
+    return pending("decide", group, snapshot, settings).result()
+
+
+def validate(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+    """Judge the job as written (validating webhook; `validate_fresh`)."""
+    return pending("validate", group, snapshot, settings).result()
