@@ -245,6 +245,7 @@ def decide_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Dec
             warnings=warnings_for(run),
             summary=summarize(None, run, ()),
             excluded_zones=excluded,
+            split=bool(conflict),
         )
     reports = tuple(report_zone(run, f) for f in candidates)
     eligible = [r for r in reports if r.eligible]
@@ -258,6 +259,7 @@ def decide_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Dec
             warnings=warnings_for(run),
             summary=summarize(None, run, ()),
             excluded_zones=excluded,
+            split=bool(conflict),
         )
     chosen = _choose(eligible, settings.zone_strategy)
     open_zones = tuple(sorted(r.zone for r in eligible))

@@ -84,13 +84,17 @@ def validate_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> D
         conflict = conflict_reason(run, fits) or "no zone admits every replica"
         anchored = [report_zone(run, f) for f in fits if f.anchored]
         reasons = {conflict, *zone_reasons(anchored, lambda p: "cannot run here" in p)}
-        return Decision(False, None, tuple(anchored), tuple(sorted(reasons)), summary="denied: replicas share no zone")
+        return Decision(
+            False, None, tuple(anchored), tuple(sorted(reasons)), summary="denied: replicas share no zone", split=True
+        )
     pods = sum(r.count for r in group.replicas)
     reachable = {z for v in zones_of.values() for z in v}
     colocated = is_colocated(group, settings.zone_label)
     if len(reachable) > 1 and pods > 1 and not colocated:
         reports = tuple(report_zone(run, f) for f in common)
-        return Decision(False, None, reports, (_split_reason(run, zones_of),), summary="denied: group can be split")
+        return Decision(
+            False, None, reports, (_split_reason(run, zones_of),), summary="denied: group can be split", split=True
+        )
     reports = tuple(report_zone(run, f) for f in common)
     blocked = [r for r in reports if r.network != "allow"]
     if blocked:

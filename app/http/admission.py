@@ -35,7 +35,7 @@ Enforcement is the setting `enforcement`, overridden by the Namespace label
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,7 +51,9 @@ from app.models.cluster import Snapshot
 from app.models.decision import Decision
 from app.models.job import JobGroup
 
-__all__ = ["AdmissionRequest", "BadReview", "Outcome", "answer", "parse_review", "unsupported_message"]
+__all__ = [
+    "AdmissionRequest", "BadReview", "Outcome", "Prepared", "answer", "parse_review", "prepare", "unsupported_message",
+]
 
 log = logging.getLogger(__name__)
 
@@ -138,52 +140,108 @@ def answer(
     cache_problem: str | None = None,
 ) -> Outcome:
     """The response AdmissionReview for `request` (see the module docstring for the rules)."""
+    return prepare(request, snapshot=snapshot, settings=settings, operation=operation,
+                   cache_problem=cache_problem).result()
+
+
+class Prepared:
+    """A review taken as far as the engine's decision (`prepare`); `result()` finishes it.
+
+    `cheap` says whether finishing costs microseconds (the answer is known, or the decision is in the
+    snapshot's memo) or may take milliseconds and more (a decision to compute): the server finishes
+    cheap ones at once and runs the others where its deadline can be kept.
+    """
+
+    def __init__(self, request: AdmissionRequest, kind: str, step: Outcome | Callable[[], Outcome], *,
+                 cheap: bool = True) -> None:
+        self.request = request
+        self.kind = kind
+        self.cheap = cheap
+        self._step = step
+
+    def result(self) -> Outcome:
+        try:
+            outcome = self._step if isinstance(self._step, Outcome) else self._step()
+        except Exception as e:
+            outcome = _internal_error(self.request, self.kind, e)
+        if self.request.dry_run:
+            outcome = Outcome(outcome.review, outcome.outcome, outcome.kind, outcome.decision, dry_run=True)
+        return outcome
+
+
+def prepare(
+    request: AdmissionRequest,
+    *,
+    snapshot: Snapshot,
+    settings: Settings,
+    operation: Operation,
+    cache_problem: str | None = None,
+) -> Prepared:
+    """Everything of `answer` up to the engine's decision, which is looked up but not computed."""
     kind = request.kind.kind or str((request.obj or {}).get("kind", ""))
     try:
-        outcome = _answer(request, snapshot, settings, operation, cache_problem, kind)
-    except Exception as e:  # the webhook must answer whatever goes wrong; the traceback goes to the log
-        log.exception("unexpected error answering a review", extra={"uid": request.uid})
-        message = f"topoguard: internal error answering request {request.uid}: {type(e).__name__}: {e}"
-        outcome = Outcome(responses.refused(request.uid, code=500, message=message), "error", kind, None)
-    if request.dry_run:
-        outcome = Outcome(outcome.review, outcome.outcome, outcome.kind, outcome.decision, dry_run=True)
-    return outcome
+        return _prepare(request, snapshot, settings, operation, cache_problem, kind)
+    except Exception as e:
+        return Prepared(request, kind, _internal_error(request, kind, e))
 
 
-def _answer(
+def _internal_error(request: AdmissionRequest, kind: str, error: Exception) -> Outcome:
+    """The webhook must answer whatever goes wrong: a refusal naming the uid; the traceback goes to the log."""
+    log.error("unexpected error answering a review", extra={"uid": request.uid}, exc_info=error)
+    message = f"topoguard: internal error answering request {request.uid}: {type(error).__name__}: {error}"
+    return Outcome(responses.refused(request.uid, code=500, message=message), "error", kind, None)
+
+
+def _prepare(
     request: AdmissionRequest,
     snapshot: Snapshot,
     settings: Settings,
     operation: Operation,
     cache_problem: str | None,
     kind: str,
-) -> Outcome:
+) -> Prepared:
     uid, obj = request.uid, request.obj
+
+    def done(outcome: Outcome) -> Prepared:
+        return Prepared(request, kind, outcome)
+
     if obj is None or not _ours_to_place(request, obj, snapshot):
-        return Outcome(responses.allowed(uid), "skipped", kind, None)
+        return done(Outcome(responses.allowed(uid), "skipped", kind, None))
     namespace = request.namespace or str(_mapping(obj.get("metadata")).get("namespace") or "")
     subject = _subject(obj, kind, namespace, request.name)
     try:
         group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace)
     except jobs.UnsupportedKindError as e:
         refusal = responses.refused(uid, code=400, message="topoguard: " + unsupported_message(e))
-        return Outcome(refusal, "denied", kind, None)
+        return done(Outcome(refusal, "denied", kind, None))
     except jobs.InvalidJobError as e:
-        return Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, None)
+        return done(Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, None))
     if request.operation == "UPDATE" and _placement_unchanged(request.old_object, group, settings, namespace):
-        return Outcome(responses.allowed(uid), "unchanged", kind, None)
+        return done(Outcome(responses.allowed(uid), "unchanged", kind, None))
 
     warn = _enforcement(snapshot, namespace, settings) == "warn"
     if cache_problem is not None:
         message = f"topoguard: cannot check {subject}: {cache_problem}"
         if warn:
             review = responses.allowed(uid, warnings=[message + "; admitted unchecked (enforcement=warn)"])
-            return Outcome(review, "warned", kind, None)
-        return Outcome(responses.refused(uid, code=503, message=message + "; retry shortly"), "denied", kind, None)
+            return done(Outcome(review, "warned", kind, None))
+        refusal = responses.refused(uid, code=503, message=message + "; retry shortly")
+        return done(Outcome(refusal, "denied", kind, None))
 
-    decide = engine.decide if operation == "mutate" else engine.validate
-    decision = decide(group, snapshot, settings)
-    job_name = _job_name(obj, request.name)
+    pending = engine.pending("decide" if operation == "mutate" else "validate", group, snapshot, settings)
+
+    def finish() -> Outcome:
+        return _finish(uid, obj, subject, kind, group, pending.result(), settings, operation,
+                       warn=warn, job_name=_job_name(obj, request.name))
+
+    return Prepared(request, kind, finish, cheap=pending.known is not None)
+
+
+def _finish(
+    uid: str, obj: Mapping[str, Any], subject: str, kind: str, group: JobGroup, decision: Decision,
+    settings: Settings, operation: Operation, *, warn: bool, job_name: str,
+) -> Outcome:
+    """The answer for a decision: a refusal (or warnings), or an admission with the patch when mutating."""
     if not decision.allowed:
         return _refusal(uid, subject, kind, decision, warn=warn, job_name=job_name)
     ops: list[dict[str, Any]] = []

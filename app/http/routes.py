@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import orjson
@@ -43,6 +43,8 @@ JSON_CONTENT_TYPE = b"application/json"
 # Caller-controlled strings are clipped before they reach a log line.
 LOGGED_TEXT_CHARS = 253
 # Metric label values for `kind` are bounded: anything else a caller sends is counted as "other".
+# Reviews up to this size are prepared on the event loop, and finished there when their decision is known.
+INLINE_BODY_BYTES = 256 * 1024
 KNOWN_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob"})
 
 
@@ -122,28 +124,13 @@ def _deadline_review(
     return responses.refused(request.uid, code=504, message=message + "; retry shortly")
 
 
-# How the engine words a refusal whose cause is a group split across zones. NB: Decision carries no
-# structured cause, so these match the engine's texts: engine.zones.describe_conflict ("the replicas
-# share no zone: ...", both webhooks) and engine.validation ("the group can be split across zones
-# (...)", validating webhook), and the summaries engine.validate gives those two refusals.
-SPLIT_REASON_PREFIXES = ("the replicas share no zone", "the group can be split across zones")
-SPLIT_SUMMARIES = frozenset({"denied: replicas share no zone", "denied: group can be split"})
-
-
-def _is_split(decision: Decision) -> bool:
-    """Whether `decision` refuses the job because its replicas share no zone or could run split."""
-    if decision.allowed:
-        return False
-    return decision.summary in SPLIT_SUMMARIES or any(r.startswith(SPLIT_REASON_PREFIXES) for r in decision.reasons)
-
-
 def _reason_counts(decision: Decision | None) -> dict[str, int]:
     """Low-cardinality reason classes (metrics.REASON_CLASSES) for topoguard_decision_reasons_total:
     one per zone that could not take the job, plus `split` once for a job refused as split."""
     counts: dict[str, int] = {}
     if decision is None:
         return counts
-    if _is_split(decision):
+    if decision.split:
         counts["split"] = 1
     for report in decision.zones:
         if report.eligible:
@@ -176,11 +163,28 @@ def _answer(
 
 async def _decide(
     state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot],
-    started: float,
+    started: float, body_bytes: int,
 ) -> admission.Outcome:
-    call = functools.partial(_answer, state, request, operation, taken)
+    """Answer on the loop what is cheap, on the decision pool (with the deadline) what may not be.
+
+    A review up to INLINE_BODY_BYTES is prepared here (parsing a job is linear in its size); when
+    its decision is already in the snapshot's memo, it is finished here too: a hop to a thread and
+    back costs more than that (~0.2 ms on one core, measured with bench/bench_http.py). Decisions to
+    compute, and bigger reviews whole, go to the pool.
+    """
     if state.executor is None:
-        return call()
+        return _answer(state, request, operation, taken)
+    call: Callable[[], admission.Outcome]
+    if body_bytes <= INLINE_BODY_BYTES:
+        snapshot, problem = state.snapshot()
+        taken.append(snapshot)
+        prepared = admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
+                                     cache_problem=problem)
+        if prepared.cheap:
+            return prepared.result()
+        call = prepared.result
+    else:
+        call = functools.partial(_answer, state, request, operation, taken)
     remaining = state.settings.request_deadline_seconds - (time.perf_counter() - started)
     future = asyncio.get_running_loop().run_in_executor(state.executor, call)
     # NB: on timeout the worker thread runs on to completion; its result is dropped. The pool is
@@ -222,7 +226,7 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     decision: Decision | None = None
     outcome: str
     try:
-        result = await _decide(state, request, operation, taken, started)
+        result = await _decide(state, request, operation, taken, started, len(body))
         review, outcome, decision = result.review, result.outcome, result.decision
         if outcome == "error":
             log.error("review failed inside the pipeline",

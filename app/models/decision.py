@@ -55,3 +55,5 @@ class Decision:
     summary: str = ""
     # Zones that are no candidate at all (the GPU replicas cannot use any node there), with why.
     excluded_zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Refused (at least) because the replicas share no zone, or (validate) could run split across zones.
+    split: bool = False

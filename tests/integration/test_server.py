@@ -25,6 +25,7 @@ from app import cli
 from app.cache.files import build_snapshot, load_snapshot
 from app.cache.store import StaticStore, SyncStatus
 from app.config import Settings, load_settings
+from app.engine import cached
 from app.http.app import create_app, settle_heap
 from app.models.cluster import Snapshot
 from app.tls import KeyPair
@@ -214,25 +215,6 @@ def test_unexpected_error_is_a_200_refusal_with_code_500(
     assert review["request"]["uid"] in response["status"]["message"]
 
 
-class GatedStore:
-    """A synced store whose `snapshot()` blocks until the test opens the gate: a decision that cannot
-    finish in time, without depending on how fast this machine is."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.gate = threading.Event()
-        self._snapshot = snapshot
-
-    def snapshot(self) -> Snapshot:
-        self.gate.wait(timeout=60)
-        return self._snapshot
-
-    def status(self) -> SyncStatus:
-        return SyncStatus(synced=True, stale=False, age_seconds=0.0)
-
-    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
-        return None
-
-
 @pytest.mark.parametrize(
     "enforcement, want_allowed",
     [
@@ -241,17 +223,28 @@ class GatedStore:
     ],
 )
 def test_missed_deadline_answers_per_enforcement(
-    serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot, enforcement: str,
-    want_allowed: bool,
+    serve: Callable[..., RunningServer], server_pair: KeyPair, enforcement: str, want_allowed: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = GatedStore(lab_snapshot)
-    server = serve(create_app(Settings(request_deadline_seconds=0.3, enforcement=enforcement), store))
+    # A decision that cannot finish in time, without depending on how fast this machine is: the
+    # engine's computation waits for a gate the test opens afterwards. A fresh snapshot, so that the
+    # decision is not in any memo and goes to the decision pool, where the deadline is kept.
+    gate = threading.Event()
+    fresh = cached.decide_fresh
+
+    def gated(*args: Any) -> Any:
+        gate.wait(timeout=60)
+        return fresh(*args)
+
+    monkeypatch.setattr(cached, "decide_fresh", gated)
+    snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
+    server = serve(create_app(Settings(request_deadline_seconds=0.3, enforcement=enforcement), StaticStore(snapshot)))
     review = admission_review(pytorchjob())
     try:
         with https_client(server, server_pair) as c:
             got = c.post("/mutate", json=review)
     finally:
-        store.gate.set()
+        gate.set()
     response = check_review_envelope(got.json(), review["request"]["uid"])
     assert response["allowed"] is want_allowed
     text = response.get("status", {}).get("message", "") + " ".join(response.get("warnings", []))

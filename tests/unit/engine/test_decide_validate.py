@@ -159,6 +159,8 @@ def test_validate(group: JobGroup, snapshot: Snapshot, allowed: bool, zone: str 
     for fragment in reasons:
         assert any(fragment in r for r in got.reasons), (fragment, got.reasons)
     assert bool(got.reasons) == (not allowed)
+    # The structured cause the metrics count (reason="split") agrees with the words.
+    assert got.split == any(r.startswith(("the replicas share no zone", "the group can be split")) for r in got.reasons)
 
 
 def test_validate_only_warns_about_a_gpu_shortfall() -> None:

@@ -72,8 +72,7 @@ def test_reason_classes(edit: Edit, operation: admission.Operation, settings: Se
     assert set(got) <= set(REASON_CLASSES)
 
 
-def test_a_group_that_could_run_split_counts_as_split() -> None:
-    """engine.validate's other split refusal (the group is pinned nowhere), as the engine words it."""
-    decision = Decision(False, None, (), ("the group can be split across zones (Master can run in zone-a, zone-b)",),
-                        summary="denied: group can be split")
-    assert routes._reason_counts(decision) == {"split": 1}
+def test_split_is_the_decisions_structured_cause_not_its_wording() -> None:
+    words = ("the group can be split across zones (Master can run in zone-a, zone-b)",)
+    assert routes._reason_counts(Decision(False, None, (), words, split=True)) == {"split": 1}
+    assert routes._reason_counts(Decision(False, None, (), words)) == {}
