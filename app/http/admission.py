@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
 from pydantic import ValidationError
 
 from app import engine, jobs
@@ -120,13 +121,33 @@ def parse_review(body: Any) -> AdmissionRequest:
 
 def _nested_deeper_than(node: Any, limit: int) -> bool:
     """Whether decoded JSON `node` (dicts and lists exactly, as json/orjson decode) nests more than
-    `limit` levels. Recursive but bounded: it stops `limit` calls down, so it never nears Python's
-    recursion limit itself; 10-15 µs for the lab review, a third to a half of a level-by-level walk."""
+    `limit` levels.
+
+    A screen at C speed first: orjson's two-space indented output (OPT_INDENT_2, the layout of
+    `json.dumps(indent=2)`) puts each member of a container n levels deep on a line of its own indented
+    2n spaces, and no string can hold a raw newline. So when no line is indented 2*limit spaces, no
+    container at level `limit` has a member and nothing sits at level limit + 1. For the lab review the
+    screen costs about half the walk (13 µs against 28 µs on the 2-core dev VM; issue 4). Whatever it
+    cannot rule out goes to the exact walk: a line that deep, or a value orjson will not encode (a key
+    that is not a string, an integer past 64 bits, nesting past orjson's own limit of 254 levels).
+    """
+    if limit > 0:
+        try:
+            if b"\n" + b"  " * limit not in orjson.dumps(node, option=orjson.OPT_INDENT_2):
+                return False
+        except orjson.JSONEncodeError:
+            pass
+    return _walked_deeper_than(node, limit)
+
+
+def _walked_deeper_than(node: Any, limit: int) -> bool:
+    """`_nested_deeper_than` by walking the dicts and lists. Recursive but bounded: it stops `limit`
+    calls down, so it never nears Python's recursion limit itself."""
     if limit == 0:
         return True
     for child in node.values() if type(node) is dict else node:
         kind = type(child)
-        if (kind is dict or kind is list) and _nested_deeper_than(child, limit - 1):
+        if (kind is dict or kind is list) and _walked_deeper_than(child, limit - 1):
             return True
     return False
 
