@@ -7,14 +7,16 @@ no Secret content or user payload reaches the logs by accident.
 
 from __future__ import annotations
 
-import datetime
 import logging
+import math
 import sys
+import time
 from typing import Any
 
 import orjson
 
 REVIEW_LOGGER = "topoguard.review"
+_review_log = logging.getLogger(REVIEW_LOGGER)  # the same object getLogger returns, without its lock per call
 
 # LogRecord attributes that are plumbing, not data (everything else passed via `extra=` is emitted).
 _STANDARD_ATTRS = frozenset(
@@ -23,21 +25,59 @@ _STANDARD_ATTRS = frozenset(
 
 
 class JsonFormatter(logging.Formatter):
-    """`{"time", "level", "logger", "msg", ...extra}`; exceptions as one `exc` string."""
+    """`{"time", "level", "logger", "msg", ...extra}`; exceptions as one `exc` string.
+
+    Every answered review logs a line, so this runs once per request (issue 4 counts the microseconds):
+    the time is formatted without a datetime per record.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The last second formatted and its text, as one tuple so that concurrent records never
+        # pair one second with another's text.
+        self._second: tuple[int, str] = (0, _format_utc_second(0))
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
+            "time": self.format_created(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        # A plain scan of the ~30 attributes: a set difference first, or skipping the LogRecord's own
+        # leading keys, measured no cheaper (about 3 µs either way).
         for key, value in record.__dict__.items():
             if key not in _STANDARD_ATTRS and not key.startswith("_"):
                 out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(out, default=str).decode()
+
+    def format_created(self, created: float) -> str:
+        """`created` (seconds since the epoch) as `2026-01-31T12:00:00.123+00:00`: the text of
+        `datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")` without building
+        datetimes, the date and time of day formatted once per second.
+
+        The same arithmetic as datetime's: the fraction rounded half-even to the microsecond (which may
+        carry into the next second), then truncated to the millisecond.
+        """
+        fraction, whole = math.modf(created)
+        second, micros = int(whole), round(fraction * 1e6)
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        elif micros < 0:
+            second, micros = second - 1, micros + 1_000_000
+        cached, text = self._second
+        if second != cached:
+            text = _format_utc_second(second)
+            self._second = (second, text)
+        return f"{text}.{micros // 1000:03d}+00:00"
+
+
+def _format_utc_second(second: int) -> str:
+    """`2026-01-31T12:00:00`: the UTC date and time of day of `second` since the epoch."""
+    t = time.gmtime(second)
+    return f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
 
 
 def configure_logging(level: str = "info", *, stream: Any = None) -> None:
@@ -51,6 +91,14 @@ def configure_logging(level: str = "info", *, stream: Any = None) -> None:
         lg = logging.getLogger(name)
         lg.handlers[:] = []
         lg.propagate = True
+    # Record fields no line shows (JsonFormatter emits none of them), so not gathered per record, as
+    # the logging HOWTO's "Optimization" section describes: the caller's file, line and function (a
+    # walk up the stack), thread, process id and process name. These switches are process-wide, so
+    # they are set here, where the server takes the process's logging over, never on import.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 def log_review(
@@ -66,7 +114,7 @@ def log_review(
     message: str = "",
 ) -> None:
     """The one line per answered review."""
-    logging.getLogger(REVIEW_LOGGER).info(
+    _review_log.info(
         "review",
         extra={
             "uid": uid,
