@@ -8,7 +8,8 @@ Must not import app.tls (import-linter "independence"): callers pass the certifi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -26,6 +27,11 @@ REVIEW_OUTCOMES = ("patched", "unchanged", "denied", "warned", "skipped", "error
 # that could not take a job, capacity / network-deny / network-unknown, or placement when neither
 # applies; once per refused job, split when its replicas share no zone or could run split across zones.
 REASON_CLASSES = ("capacity", "network-deny", "network-unknown", "placement", "split")
+# Most labelled series a per-review metric keeps a handle to (the callers bound the label values:
+# operations, KNOWN_KINDS, outcomes, reason classes, zones); past it `.labels()` is asked every time.
+MAX_CACHED_SERIES = 1024
+
+_Key = TypeVar("_Key", bound=Hashable)
 
 
 class Metrics:
@@ -60,15 +66,34 @@ class Metrics:
         self.cert_expiry = Gauge(
             f"{PREFIX}_tls_certificate_expiry_timestamp_seconds", "notAfter of the serving certificate.", registry=r,
         )
+        # The labelled series recorded per review, by label values: `.labels()` checks and converts its
+        # arguments on every call, several times the cost of the increment itself (issue 4).
+        # NB: a metric whose series are ever removed (`.remove()`, `.clear()`) must drop its cache too,
+        # or the handles kept here would count into series no longer exported.
+        self._review_counts: dict[tuple[str, str, str], Any] = {}
+        self._review_durations: dict[str, Any] = {}
+        self._reason_counts: dict[str, Any] = {}
+        self._zone_blocked_flows: dict[str, Any] = {}
 
     def record_review(self, *, operation: str, kind: str, outcome: str, duration_seconds: float) -> None:
-        self.reviews.labels(operation=operation, kind=kind, outcome=outcome).inc()
-        self.review_duration.labels(operation=operation).observe(duration_seconds)
+        key = (operation, kind, outcome)
+        count = self._review_counts.get(key)
+        if count is None:
+            series = self.reviews.labels(operation=operation, kind=kind, outcome=outcome)
+            count = _kept(self._review_counts, key, series)
+        count.inc()
+        duration = self._review_durations.get(operation)
+        if duration is None:
+            duration = _kept(self._review_durations, operation, self.review_duration.labels(operation=operation))
+        duration.observe(duration_seconds)
 
     def record_reasons(self, reasons: Mapping[str, int]) -> None:
         """`reasons`: reason class (one of REASON_CLASSES) → count (e.g. {"network-deny": 2, "capacity": 1})."""
         for reason, count in reasons.items():
-            self.decision_reasons.labels(reason=reason).inc(count)
+            series = self._reason_counts.get(reason)
+            if series is None:
+                series = _kept(self._reason_counts, reason, self.decision_reasons.labels(reason=reason))
+            series.inc(count)
 
     def record_cache(self, *, synced: bool, age_seconds: float, objects: Mapping[str, int]) -> None:
         self.cache_synced.set(1 if synced else 0)
@@ -84,7 +109,10 @@ class Metrics:
 
     def record_blocked_flows(self, blocked: Mapping[str, int]) -> None:
         for zone, count in blocked.items():
-            self.zone_blocked_flows.labels(zone=zone).set(count)
+            series = self._zone_blocked_flows.get(zone)
+            if series is None:
+                series = _kept(self._zone_blocked_flows, zone, self.zone_blocked_flows.labels(zone=zone))
+            series.set(count)
 
     def record_certificate(self, not_after: float) -> None:
         self.cert_expiry.set(not_after)
@@ -92,3 +120,10 @@ class Metrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its Content-Type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _kept(cache: dict[_Key, Any], key: _Key, series: Any) -> Any:
+    """`series`, remembered under `key` while `cache` holds fewer than MAX_CACHED_SERIES."""
+    if len(cache) < MAX_CACHED_SERIES:
+        cache[key] = series
+    return series
