@@ -383,7 +383,7 @@ def main() -> int:
                 response = post_once(port, same_file.read_bytes(), ctx)["response"]
                 if "topoguard" in name and not (response.get("allowed") and response.get("patch")):
                     raise RuntimeError(f"{name}: expected a patched answer, got {json.dumps(response)[:300]}")
-            print(f"{"server":<44} {'round':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+            print(f"{'server':<44} {'round':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
             # The same 5,000-node server once more with a review it skips (namespace not opted in):
             # everything but the decision, i.e. what the HTTP layer itself costs next to the echo app.
             targets = [(server.name, server, script) for server in servers]
@@ -404,7 +404,7 @@ def main() -> int:
             # One connection, one review at a time: the latency a single job submission sees (the
             # apiserver's real load is a few reviews per second, not saturation).
             single = wrk(servers[1].port, script, duration=max(duration // 2, 3), connections=1)
-            print(f"{BIG + ', 1 connection':<40} {'-':>5} {single['rps']:>9.0f} {single['p50_ms']:>8.2f} "
+            print(f"{BIG + ', 1 connection':<44} {'-':>5} {single['rps']:>9.0f} {single['p50_ms']:>8.2f} "
                   f"{single['p99_ms']:>8.2f} {single['non2xx'] + single['socket_errors']:>7.0f}")
             print(f"{'server':<32} {'ready s':>8} {'RSS MiB':>8} {'peak MiB':>9}")
             for server in servers:
