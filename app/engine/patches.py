@@ -1,8 +1,22 @@
 """JSON Patch (RFC 6902) that applies a `Decision` to the job as the user wrote it.
 
-PURE: no I/O, no Kubernetes client. The approach is "edit a copy, then diff": the job is deep-copied,
-the adapter makes every replica's pod template exist (`jobs.prepare_templates`), each template is
-edited in place, and `diff_documents` turns original → edited into `add` / `replace` operations.
+PURE: no I/O, no Kubernetes client. The approach is "edit a copy-on-write copy, then diff", with
+the copy made only where an edit writes (issue 4: the job as received carries managedFields and a
+last-applied annotation that no edit touches, and deep-copying and diffing them cost more than the
+rest of the review):
+
+- `edited` starts as a shallow copy of the job. Every container on the way to each replica's
+  template pointer, the template included, is replaced by a shallow copy (`_own_path`); below a
+  template (and in `metadata`), the edits get every container they write to through `_child_map` /
+  `_child_list`, which put a shallow copy in its place first. Everything else stays shared with the
+  job by identity and is never written to, so the job is not modified.
+- The adapter makes every replica's pod template exist (`jobs.prepare_templates`). It writes only to
+  containers on the template pointers (for a TrainJob: `spec`, `spec.runtimePatches` and topoguard's
+  own entry, all on them), i.e. to copies, and creates the rest. It only creates what is missing, so
+  it is skipped when every template is there with its `metadata` and `spec`.
+- `diff_documents` turns original → edited into `add` / `replace` operations. A value shared by
+  identity is unchanged, so the diff walks only the copied containers, and emits the ops (order
+  included) that the diff of a full deep copy, edited the same way, would.
 
 Rules the edits follow (DESIGN.md "The decision", step 6):
 
@@ -23,10 +37,11 @@ Rules the edits follow (DESIGN.md "The decision", step 6):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from app import jobs
@@ -55,6 +70,9 @@ PatchOp = dict[str, Any]
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # Kubernetes label values: at most 63 characters, alphanumeric at both ends.
 LABEL_VALUE_MAX_CHARS = 63
+_ABSENT = object()
+_CONTAINERS = (dict, list)  # NB: for isinstance; a tuple is faster there than `dict | list`
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # exact JSON scalar types: copies share them
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -66,7 +84,7 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
     """The value at `pointer` in `doc`; PatchError when a step does not exist."""
     node = doc
     try:
-        tokens = split_pointer(pointer)
+        tokens = _tokens(pointer)
     except ValueError as e:
         raise PatchError(str(e)) from e
     for token in tokens:
@@ -79,6 +97,12 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
     return node
 
 
+@functools.lru_cache(maxsize=1024)
+def _tokens(pointer: str) -> tuple[str, ...]:
+    """`split_pointer`, memoized: the template pointers recur from review to review (one per replica type)."""
+    return tuple(split_pointer(pointer))
+
+
 def diff_documents(old: Any, new: Any, path: str = "") -> list[PatchOp]:
     """RFC 6902 operations that turn `old` into `new`, for edits that only add or narrow.
 
@@ -87,41 +111,61 @@ def diff_documents(old: Any, new: Any, path: str = "") -> list[PatchOp]:
     `replace`. Removed keys and shortened lists are never produced by the edits here; they are a
     programming error and raise PatchError rather than being silently dropped from the patch.
 
-    NB: subtrees are compared with Python equality first (the fast path for everything an edit did
-    not touch), so a scalar swapped for an equal one of another JSON type (1 → true, 1 → 1.0)
-    deep in a subtree is not reported. The edits here never do that.
+    NB: subtrees are compared by identity, then with Python equality (the fast paths for everything
+    an edit did not touch: shared with `old`, or an equal copy), so a scalar swapped for an equal one
+    of another JSON type (1 → true, 1 → 1.0) deep in a subtree is not reported. The edits here never
+    do that.
     """
-    if isinstance(old, dict | list) and old == new:
-        return []  # NB: the fast path for untouched subtrees; C-level equality, no recursion in Python
+    ops: list[PatchOp] = []
+    if not _unchanged(old, new):
+        _diff_into(ops, old, new, path, copy_json)
+    return ops
+
+
+def _unchanged(old: Any, new: Any) -> bool:
+    """Whether old → new needs no op, decided without walking into either side in Python."""
+    if isinstance(old, _CONTAINERS):
+        return old is new or old == new  # NB: identity is O(1); equality is C-level
+    return old == new and type(old) is type(new)
+
+
+def _diff_into(ops: list[PatchOp], old: Any, new: Any, path: str, fresh: Callable[[Any], Any]) -> None:
+    """Append to `ops` the operations for a pair that `_unchanged` found different; `fresh` copies op values."""
     if isinstance(old, dict) and isinstance(new, dict):
-        ops: list[PatchOp] = []
-        for key in old:
-            if key not in new:
-                raise PatchError(f"{path}/{escape_json_pointer(key)}: an edit removed a key")
+        if not old.keys() <= new.keys():
+            key = next(k for k in old if k not in new)
+            raise PatchError(f"{path}/{escape_json_pointer(key)}: an edit removed a key")
         for key, value in new.items():
-            child = f"{path}/{escape_json_pointer(str(key))}"
-            if key in old:
-                ops += diff_documents(old[key], value, child)
-            else:
-                ops.append({"op": "add", "path": child, "value": copy_json(value)})
-        return ops
+            prev = old.get(key, _ABSENT)
+            if prev is value and type(value) is not float:
+                continue  # NB: shared with `old`, so unchanged (but a float may be NaN, unequal to itself)
+            token = key if type(key) is str and "~" not in key and "/" not in key else escape_json_pointer(str(key))
+            if prev is _ABSENT:
+                ops.append({"op": "add", "path": f"{path}/{token}", "value": fresh(value)})
+            elif not _unchanged(prev, value):
+                _diff_into(ops, prev, value, f"{path}/{token}", fresh)
+        return
     if isinstance(old, list) and isinstance(new, list):
         if len(new) < len(old):
             raise PatchError(f"{path}: an edit removed list items")
-        ops = []
         for i, item in enumerate(old):
-            ops += diff_documents(item, new[i], f"{path}/{i}")
-        ops += [{"op": "add", "path": f"{path}/-", "value": copy_json(item)} for item in new[len(old):]]
-        return ops
-    if old == new and type(old) is type(new):
-        return []
+            if not _unchanged(item, new[i]):
+                _diff_into(ops, item, new[i], f"{path}/{i}", fresh)
+        ops += [{"op": "add", "path": f"{path}/-", "value": fresh(item)} for item in new[len(old):]]
+        return
     if path == "":
         raise PatchError("an edit replaced the whole document")
-    return [{"op": "replace", "path": path, "value": copy_json(new)}]
+    ops.append({"op": "replace", "path": path, "value": fresh(new)})
 
 
 def copy_json(value: Any) -> Any:
     """A deep copy of JSON data (objects become dicts); several times faster than copy.deepcopy."""
+    if type(value) in _SCALARS:
+        return value  # NB: exact types first; most leaves are scalars and the Mapping check is an ABC's
+    if type(value) is dict:
+        return {k: copy_json(v) for k, v in value.items()}
+    if type(value) is list:
+        return [copy_json(v) for v in value]
     if isinstance(value, Mapping):
         return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -144,8 +188,10 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
     """
     if not decision.allowed:
         return []
-    edited: dict[str, Any] = copy_json(raw_job)
-    jobs.prepare_templates(edited, group)
+    edited = dict(raw_job)  # copy-on-write: see the module docstring
+    found = [_own_path(raw_job, edited, replica.template_path) for replica in group.replicas]
+    if not all(isinstance(t, dict) and t.get("metadata") is not None and t.get("spec") is not None for t in found):
+        jobs.prepare_templates(edited, group)  # NB: it only creates what is missing; skipped when nothing is
     selector = {labels.GROUP_LABEL: group_label_value(raw_job, group)} if _needs_group_label(group, settings) else {}
     for replica in group.replicas:
         template = resolve_pointer(edited, replica.template_path)
@@ -156,25 +202,69 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
         annotations[labels.ZONE_ANNOTATION] = decision.zone
     if decision.summary:
         annotations[labels.DECISION_ANNOTATION] = decision.summary
-    return [op for op in map(_prune_op, diff_documents(dict(raw_job), edited)) if op is not None]
+    old = dict(raw_job)
+    ops: list[PatchOp] = []
+    if not _unchanged(old, edited):
+        _diff_into(ops, old, edited, "", _copy_pruned)
+    # An op that would only add empty scaffolding (e.g. `labels: {}` with no label to set) is dropped.
+    return [op for op in ops if not (isinstance(op["value"], _CONTAINERS) and not op["value"])]
 
 
-def _prune_empty(value: Any) -> Any:
-    """`value` without the empty objects/lists the edits created as parents and then did not fill."""
+def _own_path(raw_job: Mapping[str, Any], edited: dict[str, Any], pointer: str) -> Any:
+    """Put a shallow copy in place of every container on `pointer` in `edited`, the template included.
+
+    `edited` starts as a shallow copy of `raw_job`. `prepare_templates` writes to the containers on
+    the template pointers and the edits write to the template itself; below it they write only through
+    `_child_map` / `_child_list`, which copy first. A container is copied only while it is still the
+    one in `raw_job`, so pointers with a common prefix share the copies. The walk stops where the
+    path does not exist yet or meets a scalar: `prepare_templates` creates the rest inside a copy, or
+    reports the scalar.
+
+    Returns:
+        The value at `pointer` in `edited` (a copy when a container), None when the walk stopped early.
+    """
+    old: Any = raw_job
+    new: Any = edited
+    for token in _tokens(pointer):
+        key: str | int = token
+        if isinstance(new, list):
+            if not token.isdigit() or int(token) >= len(new):
+                return None
+            key = int(token)
+        elif not isinstance(new, dict) or token not in new:
+            return None
+        child, original = new[key], old[key]
+        if child is original:
+            if isinstance(child, dict):
+                child = new[key] = dict(child)
+            elif isinstance(child, list):
+                child = new[key] = list(child)
+        old, new = original, child
+    return new
+
+
+def _copy_pruned(value: Any) -> Any:
+    """A deep copy of `value` (as `copy_json`) without the empty objects and lists in its objects.
+
+    They are the parents the edits created and then did not fill. Pruning is bottom-up (an object
+    left empty goes too); list items are kept even when empty.
+    """
     if isinstance(value, dict):
-        pruned = {k: _prune_empty(v) for k, v in value.items()}
-        return {k: v for k, v in pruned.items() if not (isinstance(v, dict | list) and not v)}
+        out = {}
+        for key, item in value.items():
+            if type(item) not in _SCALARS:
+                item = _copy_pruned(item)
+                if not item and isinstance(item, _CONTAINERS):
+                    continue
+            out[key] = item
+        return out
     if isinstance(value, list):
-        return [_prune_empty(v) for v in value]
+        return [item if type(item) in _SCALARS else _copy_pruned(item) for item in value]
+    if type(value) in _SCALARS:
+        return value
+    if isinstance(value, Mapping | tuple):
+        return _copy_pruned(dict(value) if isinstance(value, Mapping) else list(value))
     return value
-
-
-def _prune_op(op: PatchOp) -> PatchOp | None:
-    """Drop an op that would only add empty scaffolding (e.g. `labels: {}` with no label to set)."""
-    value = _prune_empty(op["value"])
-    if isinstance(value, dict | list) and not value:
-        return None
-    return {**op, "value": value}
 
 
 def group_label_value(raw_job: Mapping[str, Any], group: JobGroup) -> str:
@@ -238,21 +328,33 @@ def _edit_template(
 
 
 def _child_map(parent: MutableMapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    """parent[key] as a dict, created when absent or null; PatchError when it is another type."""
+    """parent[key] as a dict of the caller's own, to edit; PatchError when it is not an object.
+
+    `parent` must be the caller's own. The child may still be shared with the job as received
+    (copy-on-write), so a shallow copy takes its place (same key position); an absent or null child
+    becomes a new `{}`. Copying a container that is already a copy is harmless, so no bookkeeping.
+    """
     value = parent.get(key)
     if value is None:
-        value = parent[key] = {}
-    if not isinstance(value, dict):
+        value = {}
+    elif isinstance(value, dict):
+        value = dict(value)
+    else:
         raise PatchError(f"{where}/{escape_json_pointer(key)}: expected an object, got {type(value).__name__}")
+    parent[key] = value
     return value
 
 
 def _child_list(parent: MutableMapping[str, Any], key: str, where: str) -> list[Any]:
+    """parent[key] as a list of the caller's own (a shallow copy, or new when absent or null); see `_child_map`."""
     value = parent.get(key)
     if value is None:
-        value = parent[key] = []
-    if not isinstance(value, list):
+        value = []
+    elif isinstance(value, list):
+        value = list(value)
+    else:
         raise PatchError(f"{where}/{escape_json_pointer(key)}: expected a list, got {type(value).__name__}")
+    parent[key] = value
     return value
 
 
@@ -284,6 +386,7 @@ def _require_zone(spec: dict[str, Any], zone_label: str, zones: Sequence[str], *
             raise PatchError(f"{term_path}: expected an object, got {type(term).__name__}")
         if not term.get("matchExpressions") and not term.get("matchFields"):
             continue  # NB: an empty term matches no node; a requirement would make it match some
+        term = terms[i] = dict(term)  # ours to write to (see _child_map)
         expressions = _child_list(term, "matchExpressions", term_path)
         if not any(_restricts_zone(e, zone_label, allowed) for e in expressions):
             expressions.append(copy_json(requirement))
