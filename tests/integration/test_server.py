@@ -13,6 +13,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -420,3 +421,36 @@ def test_stalled_body_is_refused_at_the_deadline(
         head = conn.recv(4096)  # a server without a body deadline would leave this waiting
     assert head.startswith(b"HTTP/1.1 408")
     assert b"connection: close" in head.lower()
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """The decision pool, counting what is sent to it."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.submitted = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_decision_in_the_memo_is_answered_without_the_pool(
+    serve: Callable[..., RunningServer], server_pair: KeyPair
+) -> None:
+    """The first job of a shape is decided on the pool (deadline kept); the next ones, which differ only in
+    name, come from the snapshot's decision memo and are answered on the loop, with their own names."""
+    snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
+    app = create_app(Settings(zone_identity_label="zone"), StaticStore(snapshot))
+    pool = CountingExecutor()
+    app.state.executor = pool
+    server = serve(app)
+    answers = []
+    with https_client(server, server_pair) as c:
+        for name in ("sweep-1", "sweep-2", "sweep-3"):
+            review = admission_review(pytorchjob(name))
+            got = c.post("/mutate", json=review)
+            answers.append(check_review_envelope(got.json(), review["request"]["uid"]))
+    assert pool.submitted == 1
+    assert [a["allowed"] for a in answers] == [True, True, True]
+    assert len({a["patch"] for a in answers}) == 1, "jobs of one shape get the same patch"
