@@ -7,8 +7,7 @@ where a deadline can be kept). `decide`/`validate` are `pending(...).result()`.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from app.config import Settings
@@ -20,31 +19,30 @@ from app.models.decision import Decision
 from app.models.job import JobGroup
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Pending:
     """A decision about to be made: `known` when the snapshot's memo holds it already (then `result()`
     costs nothing), else `result()` computes it and keeps it for the next job of the same shape."""
 
+    kind: memo.Kind
     key: tuple[Hashable, ...]
     known: Decision | None
-    compute: Callable[[], Decision]
+    group: JobGroup
     snapshot: Snapshot
+    settings: Settings
 
     def result(self) -> Decision:
         if self.known is not None:
             return self.known
-        return memo.memoized(self.key, self.snapshot, self.compute)
+        fresh = decide_fresh if self.kind == "decide" else validate_fresh
+        return memo.memoized(self.key, self.snapshot, lambda: fresh(self.group, self.snapshot, self.settings))
 
 
 def pending(kind: memo.Kind, group: JobGroup, snapshot: Snapshot, settings: Settings) -> Pending:
     """The mutating (`decide`) or validating (`validate`) decision for the group, looked up in the memo."""
-    if kind == "decide":
-        key = memo.decision_key(kind, group, snapshot, settings)
-        compute = functools.partial(decide_fresh, group, snapshot, settings)
-    else:
-        key = memo.decision_key(kind, group, snapshot, settings, colocated=is_colocated(group, settings.zone_label))
-        compute = functools.partial(validate_fresh, group, snapshot, settings)
-    return Pending(key, memo.memo_of(snapshot).get(key), compute, snapshot)
+    colocated = kind == "validate" and is_colocated(group, settings.zone_label)
+    key = memo.decision_key(kind, group, snapshot, settings, colocated=colocated)
+    return Pending(kind, key, memo.memo_of(snapshot).get(key), group, snapshot, settings)
 
 
 def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:

@@ -24,7 +24,7 @@ from typing import Any
 
 from app import policy
 from app.config import Settings
-from app.engine import capacity, nodes, zones
+from app.engine import capacity, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
@@ -55,6 +55,7 @@ def prepare(snapshot: Snapshot, settings: Settings) -> None:
     capacity.pack_memo(snapshot)
     policy.build_index(snapshot)
     policy.label_keys_mentioned(snapshot)
+    memo.keys_read(snapshot)
 
 
 def start_run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool) -> Run:

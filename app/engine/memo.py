@@ -91,11 +91,22 @@ def _replica_key(replica: Replica, read: frozenset[str]) -> tuple[Hashable, ...]
     )
 
 
+KEYS_READ_MEMO_KEY = "engine.decision-keys-read"
+
+
+def keys_read(snapshot: Snapshot) -> frozenset[str]:
+    """Every pod label key a policy selector reads or mentions: what a decision key keeps of the labels."""
+    # NB: the two inputs are built first: a memo builder must not build another memo (the lock is not
+    # reentrant), so the union's builder only combines what exists.
+    index, mentioned = policy.build_index(snapshot), policy.label_keys_mentioned(snapshot)
+    return snapshot.memo(KEYS_READ_MEMO_KEY, lambda _: index.keys_read | mentioned)
+
+
 def decision_key(
     kind: Kind, group: JobGroup, snapshot: Snapshot, settings: Settings, *, colocated: bool = False
 ) -> tuple[Hashable, ...]:
     """Everything a decision of `kind` reads of the group (see the module docstring), with the settings."""
-    read = policy.build_index(snapshot).keys_read | policy.label_keys_mentioned(snapshot)
+    read = keys_read(snapshot)
     return (
         kind,
         settings,
