@@ -15,13 +15,14 @@ Public API (the engine and HTTP layers use exactly these names):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.jobs import jobset, kubeflow, trainjob
 from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
 from app.jobs.pointers import ensure_object, escape_json_pointer
-from app.jobs.templates import type_name
+from app.jobs.templates import is_object, type_name
 from app.models.job import JobGroup
 
 __all__ = [
@@ -35,18 +36,11 @@ __all__ = [
     "prepare_templates",
 ]
 
+# Each called as parser(raw, gpu_resources=..., namespace=...).
 _Parser = Callable[..., JobGroup]
 
-
-def _kubeflow_parser(framework: kubeflow.Framework) -> _Parser:
-    def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str) -> JobGroup:
-        return kubeflow.parse(raw, framework, gpu_resources=gpu_resources, namespace=namespace)
-
-    return parse
-
-
 _PARSERS: Mapping[tuple[str, str], _Parser] = {
-    **{gvk: _kubeflow_parser(f) for gvk, f in kubeflow.FRAMEWORKS.items()},
+    **{gvk: functools.partial(kubeflow.parse, framework=f) for gvk, f in kubeflow.FRAMEWORKS.items()},
     (jobset.API_VERSION, jobset.KIND): jobset.parse,
     (trainjob.API_VERSION, trainjob.KIND): trainjob.parse,
 }
@@ -66,7 +60,7 @@ def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace
         UnsupportedKindError: apiVersion/kind is not in `SUPPORTED`.
         InvalidJobError: the job is malformed; `.errors` lists every bad field with its path.
     """
-    if not isinstance(raw, Mapping):
+    if not is_object(raw):
         raise InvalidJobError([FieldError("", f"job must be an object, got {type_name(raw)}")])
     api_version, kind = raw.get("apiVersion"), raw.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):

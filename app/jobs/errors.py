@@ -8,7 +8,7 @@ app/jobs raises anything but a `JobError` on bad input.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 
 class FieldError(NamedTuple):
@@ -54,3 +54,18 @@ def join_path(path: str, *keys: str | int) -> str:
         else:
             path = f"{path}.{key}" if path else key
     return path
+
+
+# A field path built lazily: a path string, or `(parent, key)` for the field `key` below `parent`.
+# The readers run on every admission review and hand these down instead of joined strings; only
+# an error message renders one (`render_path`), so a well-formed job builds no path strings.
+LazyPath: TypeAlias = "str | tuple[LazyPath, str | int]"
+
+
+def render_path(at: LazyPath) -> str:
+    """The path string of `at`: `(("spec", "containers"), 0)` → `spec.containers[0]`."""
+    keys: list[str | int] = []
+    while isinstance(at, tuple):
+        at, key = at
+        keys.append(key)
+    return join_path(at, *reversed(keys))

@@ -15,7 +15,7 @@ other on every TCP port (`ALL_PORTS`, purpose "collective").
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from app.models.job import Flow
 from app.models.network import ALL_PORTS, PortRange
@@ -23,18 +23,17 @@ from app.models.network import ALL_PORTS, PortRange
 SSH_PORT = 22
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
     """The part of a replica the flow builder needs."""
 
     key: str
-    count: int
+    pods: int
     gpus: int
 
 
 def has_peer(members: Sequence[Member]) -> bool:
     """True when the job runs more than one pod, so there is anything to connect."""
-    return sum(m.count for m in members) > 1
+    return sum(m.pods for m in members) > 1
 
 
 def build_rendezvous(members: Sequence[Member], coordinator: str, port: int, *, port_name: str = "") -> list[Flow]:
@@ -43,10 +42,11 @@ def build_rendezvous(members: Sequence[Member], coordinator: str, port: int, *, 
     A replica flows to itself only when it has a pod besides the coordinator's (Worker-only
     PyTorchJob: workers 1..n-1 → worker-0).
     """
+    ports = PortRange.single(port)
     return [
-        Flow(m.key, coordinator, PortRange.single(port), "TCP", "rendezvous", port_name)
-        for m in _active(members)
-        if m.key != coordinator or m.count > 1
+        Flow(m.key, coordinator, ports, "TCP", "rendezvous", port_name)
+        for m in members
+        if m.pods > 0 and (m.key != coordinator or m.pods > 1)
     ]
 
 
@@ -54,16 +54,15 @@ def build_all_to_all(members: Sequence[Member], ports: dict[str, tuple[int, str]
     """Every replica → every replica on the destination's own port (`ports[key] = (port, name)`)."""
     return [
         Flow(src.key, dst.key, PortRange.single(ports[dst.key][0]), "TCP", "all-to-all", ports[dst.key][1])
-        for src, dst in _pairs(_active(members))
+        for src, dst in _pairs([m for m in members if m.pods > 0])
     ]
 
 
 def build_launcher(launcher: str, workers: Iterable[Member], port: int, *, port_name: str = "") -> list[Flow]:
     """The MPI launcher → every worker on the remote-shell port."""
+    ports = PortRange.single(port)
     return [
-        Flow(launcher, w.key, PortRange.single(port), "TCP", "launcher", port_name)
-        for w in workers
-        if w.count > 0 and w.key != launcher
+        Flow(launcher, w.key, ports, "TCP", "launcher", port_name) for w in workers if w.pods > 0 and w.key != launcher
     ]
 
 
@@ -75,7 +74,7 @@ def build_collective(members: Sequence[Member], coordinator: str, *, cpu_collect
     sockets (Gloo, MPI's TCP transport, Rabit), and none does if they run over the framework's
     own port (`cpu_collectives=False`: TensorFlow's ring all-reduce goes through its gRPC server).
     """
-    active = _active(members)
+    active = [m for m in members if m.pods > 0]
     if any(m.gpus > 0 for m in active):
         active = [m for m in active if m.gpus > 0 or m.key == coordinator]
     elif not cpu_collectives:
@@ -83,10 +82,6 @@ def build_collective(members: Sequence[Member], coordinator: str, *, cpu_collect
     return [Flow(src.key, dst.key, ALL_PORTS, "TCP", "collective") for src, dst in _pairs(active)]
 
 
-def _active(members: Sequence[Member]) -> list[Member]:
-    return [m for m in members if m.count > 0]
-
-
 def _pairs(members: Sequence[Member]) -> list[tuple[Member, Member]]:
     """Ordered pairs, a replica with itself only when it has two or more pods."""
-    return [(a, b) for a in members for b in members if a.key != b.key or b.count > 1]
+    return [(a, b) for a in members for b in members if a.key != b.key or b.pods > 1]

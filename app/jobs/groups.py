@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError
-from app.jobs.templates import NamedContainerPort, PodFacts, read_mapping, read_str, read_string_map
+from app.jobs.templates import NamedContainerPort, PodFacts, is_object, read_mapping, read_str, read_string_map
 from app.models.cluster import ContainerPort
 from app.models.job import Replica
 
 
-@dataclass(frozen=True)
-class JobMeta:
+class JobMeta(NamedTuple):
     """metadata.name/namespace/annotations of the job itself."""
 
     name: str  # "" only when the apiserver will generate it (generateName, mutating admission)
@@ -35,7 +33,7 @@ def read_job_meta(raw: Mapping[str, Any], namespace: str, errors: list[FieldErro
         errors.append(FieldError("metadata.name", "is required"))
     own_namespace = read_str(metadata.get("namespace"), "metadata.namespace", errors)
     annotations = read_string_map(metadata.get("annotations"), "metadata.annotations", errors)
-    return JobMeta(name=name, namespace=own_namespace or namespace, annotations=annotations)
+    return JobMeta(name, own_namespace or namespace, annotations)
 
 
 def make_replica(
@@ -65,7 +63,7 @@ def make_replica(
         role=role,
         count=count,
         template_path=template_path,
-        template=template if isinstance(template, Mapping) else {},
+        template=template if is_object(template) else {},
         pod_labels=labels,
         index_label=index_label,
         gpus=dict(facts.gpus),

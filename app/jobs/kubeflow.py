@@ -11,16 +11,16 @@ but are kept as written, so patches land under the user's own key.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import cached_property
+from typing import Any, Literal, NamedTuple
 
 from app.jobs import flows
 from app.jobs.errors import FieldError, InvalidJobError, join_path
 from app.jobs.groups import JobMeta, find_named_port, make_replica, read_job_meta
-from app.jobs.pointers import build_pointer
-from app.jobs.templates import EMPTY_FACTS, PodFacts, read_int, read_mapping, read_pod_template, read_str
+from app.jobs.pointers import build_pointer, escape_json_pointer
+from app.jobs.templates import EMPTY_FACTS, PodFacts, is_object, read_int, read_mapping, read_pod_template, read_str
 from app.models import labels as L
 from app.models.cluster import ContainerPort
 from app.models.job import Flow, JobGroup, Replica
@@ -52,11 +52,33 @@ class Framework:
     job_role_types: tuple[str, ...] = ()
     default_replicas: Mapping[str, int] = field(default_factory=dict)
 
-    @property
+    # Derived once per framework, not per review (cached_property writes the instance __dict__,
+    # which a frozen dataclass allows).
+    @cached_property
     def operator_name(self) -> str:
         if self.api_version == "kubeflow.org/v2beta1":
             return MPI_OPERATOR_NAME
         return f"{self.kind.lower()}-controller"
+
+    @cached_property
+    def map_path(self) -> str:
+        """`spec.<map_key>` as a field path."""
+        return join_path("spec", self.map_key)
+
+    @cached_property
+    def map_pointer(self) -> str:
+        """`/spec/<map_key>` as a JSON pointer."""
+        return build_pointer(["spec", self.map_key])
+
+    @cached_property
+    def default_container_port(self) -> ContainerPort:
+        """The port the operator adds to the default container when no port there has `port_name`."""
+        return ContainerPort(port=self.default_port, protocol="TCP", name=self.port_name)
+
+    @cached_property
+    def types_by_folded_name(self) -> Mapping[str, str]:
+        """Lower-cased replica type → canonical name (keys match case-insensitively)."""
+        return {t.lower(): t for t in self.replica_types}
 
 
 FRAMEWORKS: Mapping[tuple[str, str], Framework] = {
@@ -152,13 +174,12 @@ FRAMEWORKS: Mapping[tuple[str, str], Framework] = {
 }
 
 
-@dataclass(frozen=True)
-class _Spec:
+class _Spec(NamedTuple):
     """One replica spec as read: key as written, canonical type, pod count, template facts."""
 
     key: str
     canonical: str
-    count: int
+    replicas: int
     template: Any
     facts: PodFacts
 
@@ -173,22 +194,28 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
     rendezvous = _read_rendezvous(spec, framework, errors)
     if coordinator is None and not errors:  # every key was one the operator ignores (mpi-operator)
         required = framework.coordinator_types[0]
-        errors.append(FieldError(join_path("spec", framework.map_key), f"a {required} replica is required"))
+        errors.append(FieldError(framework.map_path, f"a {required} replica is required"))
     if errors or coordinator is None:
         raise InvalidJobError(errors)
     # mpi-operator: with runLauncherAsWorker the launcher is rank 0 and labelled replica-index=0.
     launcher_is_worker = spec.get("runLauncherAsWorker") is True
-    replicas = tuple(_build_replica(s, framework, meta, coordinator, launcher_is_worker) for s in specs)
-    ports = {s.key: _operator_port(s.facts, framework) for s in specs}
+    group_selector = _operator_labels(framework, meta)
+    replicas: list[Replica] = []
+    ports: dict[str, int] = {}
+    for s in specs:
+        pod_ports, ports[s.key] = _framework_ports(s.facts, framework)
+        replicas.append(
+            _build_replica(s, framework, meta, group_selector, pod_ports, coordinator, launcher_is_worker)
+        )
     return JobGroup(
         api_version=framework.api_version,
         kind=framework.kind,
         name=meta.name,
         namespace=meta.namespace,
-        replicas=replicas,
+        replicas=tuple(replicas),
         coordinator=coordinator.key,
         flows=tuple(_build_flows(replicas, ports, coordinator.key, framework, rendezvous)),
-        group_selector=_operator_labels(framework, meta),
+        group_selector=group_selector,
         annotations=meta.annotations,
     )
 
@@ -196,33 +223,35 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
 def _read_specs(
     spec: Mapping[str, Any], framework: Framework, errors: list[FieldError], *, gpu_resources: Sequence[str]
 ) -> list[_Spec]:
-    map_path = join_path("spec", framework.map_key)
+    map_path = framework.map_path
     raw_map = spec.get(framework.map_key)
     replica_map = read_mapping(raw_map, map_path, errors)
-    if raw_map is None or (isinstance(raw_map, Mapping) and not raw_map):
+    if raw_map is None or (is_object(raw_map) and not raw_map):
         errors.append(FieldError(map_path, "is required and must hold at least one replica type"))
     out: list[_Spec] = []
     seen: dict[str, str] = {}
     for key, value in replica_map.items():
-        path = join_path(map_path, str(key))
         if not isinstance(key, str) or not key:
-            errors.append(FieldError(path, "replica type must be a non-empty string"))
+            errors.append(FieldError(join_path(map_path, str(key)), "replica type must be a non-empty string"))
             continue
         canonical = _canonical(key, framework)
         if canonical is None:
             if framework.api_version == "kubeflow.org/v2beta1":
                 continue  # mpi-operator ignores other keys (§2.4): they make no pods
+            expected = ", ".join(framework.replica_types)
+            errors.append(FieldError(join_path(map_path, key), f"unsupported replica type; expected one of {expected}"))
+            continue
+        folded = canonical.lower()
+        if folded in seen:
             errors.append(
-                FieldError(path, f"unsupported replica type; expected one of {', '.join(framework.replica_types)}")
+                FieldError(
+                    join_path(map_path, key),
+                    f"duplicates replica type {seen[folded]!r} (keys match case-insensitively)",
+                )
             )
             continue
-        if canonical.lower() in seen:
-            errors.append(
-                FieldError(path, f"duplicates replica type {seen[canonical.lower()]!r} (keys match case-insensitively)")
-            )
-            continue
-        seen[canonical.lower()] = key
-        out.append(_read_spec(key, canonical, value, path, framework, errors, gpu_resources=gpu_resources))
+        seen[folded] = key
+        out.append(_read_spec(key, canonical, value, framework, errors, gpu_resources=gpu_resources))
     return out
 
 
@@ -230,27 +259,28 @@ def _read_spec(
     key: str,
     canonical: str,
     value: Any,
-    path: str,
     framework: Framework,
     errors: list[FieldError],
     *,
     gpu_resources: Sequence[str],
 ) -> _Spec:
-    body = read_mapping(value, path, errors)
+    """The replica spec `spec.<map_key>.<key>`."""
+    at = (framework.map_path, key)
+    body = read_mapping(value, at, errors)
     default = framework.default_replicas.get(canonical, 1)
-    count = read_int(body.get("replicas"), join_path(path, "replicas"), errors, default=default)
+    count = read_int(body.get("replicas"), (at, "replicas"), errors, default=default)
     template = body.get("template")
     if template is None:
         facts = EMPTY_FACTS
     else:
-        facts = read_pod_template(template, join_path(path, "template"), errors, gpu_resources=gpu_resources)
+        facts = read_pod_template(template, (at, "template"), errors, gpu_resources=gpu_resources)
     return _Spec(key, canonical, count, template, facts)
 
 
 def _canonical(key: str, framework: Framework) -> str | None:
-    for t in framework.replica_types:
-        if t.lower() == key.lower():
-            return t
+    canonical = framework.types_by_folded_name.get(key.lower())
+    if canonical is not None:
+        return canonical
     return key if framework.open_types else None
 
 
@@ -261,16 +291,14 @@ def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[F
             if s.canonical == wanted:
                 return s
     if framework.coordinator_required and specs:
-        path = join_path("spec", framework.map_key)
-        errors.append(FieldError(path, f"a {framework.coordinator_types[0]} replica is required"))
+        errors.append(FieldError(framework.map_path, f"a {framework.coordinator_types[0]} replica is required"))
         return None
     if specs:
         return specs[0]
     return None
 
 
-@dataclass(frozen=True)
-class _Rendezvous:
+class _Rendezvous(NamedTuple):
     """PyTorch elastic overrides (§2.1): `rdzvPort` replaces the Worker's port; a `rdzvHost`
     (e.g. an etcd service) moves the rendezvous out of the job, so no pod of it is dialled."""
 
@@ -278,15 +306,18 @@ class _Rendezvous:
     external: bool = False
 
 
+_NO_RENDEZVOUS = _Rendezvous()
+
+
 def _read_rendezvous(spec: Mapping[str, Any], framework: Framework, errors: list[FieldError]) -> _Rendezvous:
-    if framework.kind != "PyTorchJob":
-        return _Rendezvous()
+    if framework.kind != "PyTorchJob" or spec.get("elasticPolicy") is None:
+        return _NO_RENDEZVOUS
     policy = read_mapping(spec.get("elasticPolicy"), "spec.elasticPolicy", errors)
     port = None
     if policy.get("rdzvPort") is not None:
         port = read_int(policy.get("rdzvPort"), "spec.elasticPolicy.rdzvPort", errors, default=0, minimum=1) or None
     host = read_str(policy.get("rdzvHost"), "spec.elasticPolicy.rdzvHost", errors)
-    return _Rendezvous(port=port, external=bool(host))
+    return _Rendezvous(port, bool(host))
 
 
 def _operator_labels(framework: Framework, meta: JobMeta) -> dict[str, str]:
@@ -298,10 +329,18 @@ def _operator_labels(framework: Framework, meta: JobMeta) -> dict[str, str]:
 
 
 def _build_replica(
-    s: _Spec, framework: Framework, meta: JobMeta, coordinator: _Spec, launcher_is_worker: bool
+    s: _Spec,
+    framework: Framework,
+    meta: JobMeta,
+    operator_labels: Mapping[str, str],
+    ports: tuple[ContainerPort, ...],
+    coordinator: _Spec,
+    launcher_is_worker: bool,
 ) -> Replica:
+    """`operator_labels` are the job's own (`_operator_labels`); `ports` those of `_framework_ports`."""
     is_coordinator = s.key == coordinator.key
-    labels = _operator_labels(framework, meta)
+    role = s.key.lower()
+    labels = dict(operator_labels)
     leader: dict[str, str] = {}
     index_label = L.KF_REPLICA_INDEX
     facts = s.facts
@@ -313,7 +352,7 @@ def _build_replica(
             if launcher_is_worker:
                 labels[L.KF_REPLICA_INDEX] = "0"
     else:
-        labels[L.KF_REPLICA_TYPE] = s.key.lower()
+        labels[L.KF_REPLICA_TYPE] = role
         if is_coordinator and s.canonical in framework.job_role_types:
             leader[L.KF_JOB_ROLE] = "master"
         if s.canonical == "Launcher":
@@ -321,16 +360,16 @@ def _build_replica(
             facts = _v1_launcher_account(s, meta)
     return make_replica(
         key=s.key,
-        role=s.key.lower(),
-        count=s.count,
-        template_path=build_pointer(["spec", framework.map_key, s.key, "template"]),
+        role=role,
+        count=s.replicas,
+        template_path=f"{framework.map_pointer}/{escape_json_pointer(s.key)}/template",
         template=s.template,
         facts=facts,
         operator_labels=labels,
         index_label=index_label,
         is_coordinator=is_coordinator,
         leader_labels=leader,
-        ports=_pod_ports(s.facts, framework),
+        ports=ports,
     )
 
 
@@ -342,7 +381,7 @@ def _v1_launcher_account(s: _Spec, meta: JobMeta) -> PodFacts:
     explicit = spec.get("serviceAccountName") if isinstance(spec, Mapping) else None
     if explicit or not meta.name:
         return s.facts
-    return dataclasses.replace(s.facts, service_account=f"{meta.name}-launcher")
+    return s.facts._replace(service_account=f"{meta.name}-launcher")
 
 
 def _launcher_labels(meta: JobMeta) -> dict[str, str]:
@@ -353,37 +392,30 @@ def _launcher_labels(meta: JobMeta) -> dict[str, str]:
     return {BATCH_JOB_NAME_LABEL: job, LEGACY_JOB_NAME_LABEL: job}
 
 
-def _default_container(facts: PodFacts, framework: Framework) -> str | None:
-    """The container `setDefaultPort` picks: the framework-named one, else container 0."""
-    if framework.container in facts.container_names:
-        return framework.container
-    return facts.container_names[0] if facts.container_names else None
+def _framework_ports(facts: PodFacts, framework: Framework) -> tuple[tuple[ContainerPort, ...], int]:
+    """(the container ports the pods will have, the framework port of the replica's pods).
 
-
-def _pod_ports(facts: PodFacts, framework: Framework) -> tuple[ContainerPort, ...]:
-    """The container ports pods will have: as written, plus the operator's default port."""
-    ports = tuple(p.port for p in facts.ports)
-    container = _default_container(facts, framework)
-    if not framework.default_port or container is None:
-        return ports
-    if find_named_port(facts.ports, container, framework.port_name) is not None:
-        return ports
-    return (*ports, ContainerPort(port=framework.default_port, protocol="TCP", name=framework.port_name))
-
-
-def _operator_port(facts: PodFacts, framework: Framework) -> int:
-    """The framework port of a replica's pods: the named port in the default container, else the default.
-
-    The operators read only the default container (`GetPortFromXJob`); a port of the same name on
-    another container is not the one the framework listens on.
+    The framework port is the one named `port_name` in the default container (the one
+    `setDefaultPort` picks: the framework-named one, else container 0), else the default port,
+    which the operator then adds to that container. The operators read only the default container
+    (`GetPortFromXJob`); a port of the same name on another container is not the one the framework
+    listens on.
     """
-    container = _default_container(facts, framework)
-    named = find_named_port(facts.ports, container, framework.port_name) if container is not None else None
-    return named.port if named is not None else framework.default_port
+    ports = tuple([p.port for p in facts.ports]) if facts.ports else ()
+    names = facts.container_names
+    if not names:
+        return ports, framework.default_port
+    container = framework.container if framework.container in names else names[0]
+    named = find_named_port(facts.ports, container, framework.port_name) if facts.ports else None
+    if named is not None:
+        return ports, named.port
+    if framework.default_port:
+        ports = (*ports, framework.default_container_port)
+    return ports, framework.default_port
 
 
 def _build_flows(
-    replicas: tuple[Replica, ...],
+    replicas: Sequence[Replica],
     ports: Mapping[str, int],
     coordinator: str,
     framework: Framework,
