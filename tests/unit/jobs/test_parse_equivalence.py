@@ -1,0 +1,200 @@
+"""The fast paths of the job readers give exactly what the general ones give.
+
+`read_pod_template` reads a template written the usual way (exact JSON types, valid values) in one
+pass and any other field by field, and every reader takes a dict by `type(x) is dict` before the
+generic `Mapping` check. Two properties hold the paths together:
+
+- the one-pass reader answers only for templates the field-by-field reader takes without an
+  error, and then with the same facts, built in the same order;
+- a job parses to the same group, or fails with the same errors, when its objects are read-only
+  mappings (`MappingProxyType`), which sends every reader down its general path.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app import jobs
+from app.jobs import templates
+from app.jobs.errors import FieldError
+from app.models.job import JobGroup
+from tests.unit.jobs.builders import (
+    FIXTURES,
+    GPU,
+    GPU_RESOURCES,
+    container,
+    jobset,
+    kubeflow_job,
+    load_fixture,
+    replica,
+    rjob,
+    template,
+    trainjob,
+)
+
+AMD = "amd.com/gpu"
+
+# Templates the one-pass reader takes: every field it reads, in the shapes jobs write them.
+PLAIN_TEMPLATES = [
+    template(container("pytorch", gpus=4), labels={"app": "llm", "role": "worker"}, tolerations=[{"key": GPU}]),
+    template(container("tensorflow", ports=[{"containerPort": 2222, "name": "tfjob-port"}])),
+    template(
+        container("main", gpus="2", requests={GPU: "2000m", AMD: 1, "cpu": "4"}),
+        container("sidecar", ports=[{"containerPort": 53, "protocol": "UDP"}, {"containerPort": 9090, "name": "m"}]),
+        labels={"a.b/c": "d"},
+        serviceAccountName="trainer",
+        hostNetwork=True,
+        nodeSelector={"zone": "a"},
+    ),
+    template(container("paddle", gpus=0), serviceAccount="legacy", hostNetwork=None, tolerations=None),
+    template(
+        container("jax"),
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}],
+            },
+            "podAntiAffinity": {},
+        },
+    ),
+    template(container(), affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}),
+    {"metadata": {}, "spec": {"containers": [], "serviceAccountName": ""}},
+]
+# Templates it leaves to the field-by-field reader although they are valid.
+OTHER_TEMPLATES = [
+    template(container(), initContainers=[{"name": "init", "resources": {"limits": {GPU: 1}}}]),
+    template({"image": "no-name"}),
+    {"spec": {}},
+]
+
+LEAVES = st.sampled_from([None, True, False, 0, 1, 2, -1, 70000, 2.0, 1.5, "", "x", "2", "1.5", "TCP", "tcp", "Always"])
+KEYS = st.sampled_from(
+    [
+        *("metadata", "labels", "spec", "containers", "name", "ports", "containerPort", "protocol", "resources"),
+        *("limits", "requests", GPU, AMD, "serviceAccountName", "serviceAccount", "hostNetwork", "nodeSelector"),
+        *("tolerations", "affinity", "initContainers", "restartPolicy", "template", "replicas", "replicatedJobs"),
+        *("trainer", "numNodes"),
+    ]
+)
+JSON = st.recursive(
+    LEAVES | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += _paths(value, (*prefix, i))
+    return out
+
+
+@st.composite
+def _mutated(draw: st.DrawFn, seeds: list[Any]) -> Any:
+    """A seed with one or two subtrees replaced, deleted or given a new member."""
+    doc = copy.deepcopy(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(1, 2))):
+        paths = _paths(doc)[1:]
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent = doc
+        for token in path[:-1]:
+            parent = parent[token]
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        target = parent[path[-1]]
+        if action == "delete":
+            del parent[path[-1]]
+        elif action == "add" and isinstance(target, dict):
+            target[draw(KEYS)] = draw(JSON)
+        elif action == "add" and isinstance(target, list):
+            target.append(draw(JSON))
+        else:
+            parent[path[-1]] = draw(JSON)
+    return doc
+
+
+def _read_both(tpl: Any, gpu_resources: tuple[str, ...]) -> tuple[Any, Any, list[FieldError]]:
+    errors: list[FieldError] = []
+    slow = templates._read_pod_template_fields(tpl, "t", errors, gpu_resources)
+    return templates._read_plain_pod_template(tpl, gpu_resources), slow, errors
+
+
+@pytest.mark.parametrize("tpl", PLAIN_TEMPLATES)
+def test_usual_template_is_read_in_one_pass_to_the_same_facts(tpl: dict[str, Any]) -> None:
+    fast, slow, errors = _read_both(tpl, GPU_RESOURCES)
+    assert fast is not None
+    assert errors == []
+    assert repr(fast) == repr(slow)
+
+
+@pytest.mark.parametrize("tpl", OTHER_TEMPLATES)
+def test_template_with_init_containers_or_unusual_fields_is_read_field_by_field(tpl: dict[str, Any]) -> None:
+    fast, _, errors = _read_both(tpl, GPU_RESOURCES)
+    assert fast is None
+    assert errors == []
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated(PLAIN_TEMPLATES + OTHER_TEMPLATES), st.sampled_from([(GPU,), GPU_RESOURCES]))
+def test_one_pass_reader_answers_only_as_the_field_by_field_reader_does(tpl: Any, gpus: tuple[str, ...]) -> None:
+    fast, slow, errors = _read_both(tpl, gpus)
+    if fast is not None:
+        assert errors == []
+        assert repr(fast) == repr(slow)  # equal, and every dict in the same order
+
+
+def _as_mapping_proxies(node: Any) -> Any:
+    if isinstance(node, dict):
+        return types.MappingProxyType({k: _as_mapping_proxies(v) for k, v in node.items()})
+    if isinstance(node, list):
+        return [_as_mapping_proxies(v) for v in node]
+    return node
+
+
+def _outcome(doc: Any) -> Any:
+    try:
+        return jobs.parse_job(doc, gpu_resources=GPU_RESOURCES, namespace="ml")
+    except jobs.InvalidJobError as e:
+        return ("invalid", e.errors)
+    except jobs.JobError as e:
+        return type(e)  # its message quotes the kind as written, repr and all
+
+
+JOBS = [
+    *(load_fixture(p.name) for p in sorted(FIXTURES.glob("*.yaml"))),
+    kubeflow_job("PyTorchJob", {"Master": replica(PLAIN_TEMPLATES[2]), "Worker": replica(PLAIN_TEMPLATES[0], 15)}),
+    kubeflow_job("TFJob", {"PS": replica(PLAIN_TEMPLATES[4]), "Worker": replica(OTHER_TEMPLATES[0], 2)}),
+    kubeflow_job("XGBoostJob", {"Master": replica(PLAIN_TEMPLATES[1]), "Worker": replica(OTHER_TEMPLATES[1], 2)}),
+    kubeflow_job(
+        "MPIJob", {"Launcher": replica(), "Worker": replica(PLAIN_TEMPLATES[3], 2)}, api_version="kubeflow.org/v2beta1"
+    ),
+    jobset(rjob("a", PLAIN_TEMPLATES[0]), rjob("b", OTHER_TEMPLATES[1], replicas=2)),
+    trainjob(numNodes=2),
+]
+
+
+@pytest.mark.parametrize("doc", JOBS, ids=lambda doc: f"{doc['kind']}-{doc['metadata'].get('name')}")
+def test_job_parses_the_same_from_dicts_and_from_other_mappings(doc: dict[str, Any]) -> None:
+    group = _outcome(doc)
+    assert isinstance(group, JobGroup)
+    assert _outcome(_as_mapping_proxies(doc)) == group
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated(JOBS))
+def test_mutated_job_parses_the_same_from_dicts_and_from_other_mappings(doc: Any) -> None:
+    assert _outcome(_as_mapping_proxies(doc)) == _outcome(doc)
