@@ -9,8 +9,8 @@ Public API (the engine and HTTP layers use exactly these names):
 - `SUPPORTED`: the (apiVersion, kind) pairs understood.
 - `parse_job(raw, *, gpu_resources, namespace="")` → `JobGroup`; raises `UnsupportedKindError`
   or `InvalidJobError` (every malformed field, with its path), never anything else.
-- `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (a deep
-  copy of the job the caller then edits and diffs into a JSON Patch). Idempotent.
+- `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (the
+  caller's working copy of the job, which it then edits and diffs into a JSON Patch). Idempotent.
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace
 def prepare_templates(doc: dict[str, Any], group: JobGroup) -> None:
     """Create every replica's pod template (with `metadata` and `spec`) in `doc`, in place.
 
-    `doc` must be a deep copy of the job `group` was parsed from. Kubeflow kinds and JobSet get
+    `doc` is the caller's working copy of the job `group` was parsed from: it writes only along the
+    template paths (and creates new objects there), so the containers on those paths must be copies;
+    everything else may be shared with the original (engine/patches.py). Kubeflow kinds and JobSet get
     the missing `template`/`metadata`/`spec` objects; a TrainJob gets topoguard's own
     `spec.runtimePatches` entry (manager `topoguard.io/webhook`) with one replicatedJob per
     replica. Running it again changes nothing.
