@@ -24,7 +24,6 @@ A property test checks that a memoized decision equals a fresh one.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Literal
 
@@ -32,7 +31,7 @@ import orjson
 
 from app import policy
 from app.config import Settings
-from app.models.cluster import Snapshot
+from app.models.cluster import BoundedMemo, Snapshot
 from app.models.decision import Decision
 from app.models.job import JobGroup, Replica
 
@@ -118,25 +117,11 @@ def decision_key(
     )
 
 
-class DecisionMemo:
-    """A bounded decision cache for one snapshot; the oldest entry goes first when it is full."""
+class DecisionMemo(BoundedMemo[tuple[Hashable, ...], Decision]):
+    """The bounded decision cache of one snapshot."""
 
     def __init__(self, size: int = DECISION_MEMO_SIZE) -> None:
-        self._size = size
-        self._entries: dict[tuple[Hashable, ...], Decision] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Hashable, ...]) -> Decision | None:
-        return self._entries.get(key)
-
-    def put(self, key: tuple[Hashable, ...], decision: Decision) -> None:
-        with self._lock:
-            while len(self._entries) >= self._size:
-                del self._entries[next(iter(self._entries))]
-            self._entries[key] = decision
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        super().__init__(size)
 
 
 def memo_of(snapshot: Snapshot) -> DecisionMemo:

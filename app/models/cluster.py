@@ -11,9 +11,11 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -21,6 +23,28 @@ EMPTY: Mapping[str, str] = MappingProxyType({})
 def freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """A read-only copy of `mapping` (an empty mapping for None)."""
     return MappingProxyType(dict(mapping or {}))
+
+
+class BoundedMemo(Generic[K, V]):
+    """A bounded cache kept with a snapshot (e.g. verdicts, decisions); the oldest entry goes first
+    when it is full. Reads take no lock; writes do, so concurrent reviews can share it."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: dict[K, V] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        return self._entries.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            while len(self._entries) >= self._size:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = value
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass(frozen=True)

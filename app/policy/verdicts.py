@@ -13,12 +13,11 @@ unknown; otherwise allow. Ports are handled as intervals, so 1-65535 costs what 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from app.models.cluster import ContainerPort, Snapshot
+from app.models.cluster import BoundedMemo, ContainerPort, Snapshot
 from app.models.network import (
     Endpoint,
     PolicyEnforcement,
@@ -183,25 +182,11 @@ def flow_key(index: PolicyIndex, endpoint: Endpoint) -> EndpointKey:
     )
 
 
-class VerdictMemo:
-    """A bounded verdict cache for one snapshot; the oldest entry goes first when it is full."""
+class VerdictMemo(BoundedMemo[tuple[object, ...], Verdict]):
+    """The bounded verdict cache of one snapshot."""
 
     def __init__(self, size: int = VERDICT_MEMO_SIZE) -> None:
-        self._size = size
-        self._entries: dict[tuple[object, ...], Verdict] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[object, ...]) -> Verdict | None:
-        return self._entries.get(key)
-
-    def put(self, key: tuple[object, ...], verdict: Verdict) -> None:
-        with self._lock:
-            while len(self._entries) >= self._size:
-                del self._entries[next(iter(self._entries))]
-            self._entries[key] = verdict
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        super().__init__(size)
 
 
 def _validate(ports: PortRange, protocol: str, enforcement: str) -> None:
