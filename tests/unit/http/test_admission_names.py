@@ -8,19 +8,10 @@ from typing import Any
 from app.config import Settings
 from app.engine import JOB_PLACEHOLDER
 from app.http import admission
-from tests.builders import make_cnp, make_namespace, make_node, make_pytorchjob, make_snapshot
+from tests.builders import make_namespace, make_node, make_pytorchjob, make_snapshot
+from tests.unit.engine.test_decide import L7_MASTER  # an L7 rule: unknown, with pod names in its message
 from tests.unit.http.test_admission import ENABLED, GPU_TAINT, NS, review
 
-L7_MASTER = make_cnp(
-    "l7-master",
-    {
-        "endpointSelector": {"matchLabels": {"training.kubeflow.org/replica-type": "master"}},
-        "ingress": [
-            {"toPorts": [{"ports": [{"port": "23456", "protocol": "TCP"}], "rules": {"http": [{"method": "GET"}]}}]}
-        ],
-    },
-    namespace=NS,
-)
 SNAPSHOT = make_snapshot(
     [
         make_node("gpu-a-1", zone="zone-a", gpus=4, taints=[GPU_TAINT]),
