@@ -326,9 +326,8 @@ def _job_name(obj: Mapping[str, Any], name: str | None) -> str:
 
 def _subject(obj: Mapping[str, Any], kind: str, namespace: str, name: str | None) -> str:
     """`PyTorchJob ml/train` for messages (a generateName shows as `prefix*`)."""
-    metadata = _mapping(obj.get("metadata"))
-    shown = name or metadata.get("name") or (f"{metadata['generateName']}*" if metadata.get("generateName") else "")
-    where = f"{namespace}/{shown}" if namespace else str(shown)
+    shown = _job_name(obj, name)
+    where = f"{namespace}/{shown}" if namespace else shown
     return f"{kind or 'object'} {where}".strip()
 
 

@@ -151,14 +151,21 @@ def _blocked_flows(decision: Decision | None) -> dict[str, int]:
     return {r.zone: sum(1 for f in r.flows if f.verdict.verdict == "deny") for r in decision.zones}
 
 
+def _prepare(
+    state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot]
+) -> admission.Prepared:
+    """Take the snapshot (once) and prepare the answer (`admission.prepare`)."""
+    snapshot, problem = state.snapshot()
+    taken.append(snapshot)  # for the deadline answer, which reads the namespace's enforcement label
+    return admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
+                             cache_problem=problem)
+
+
 def _answer(
     state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot]
 ) -> admission.Outcome:
-    """Take the snapshot (once) and answer. Runs on the decision pool: nothing here may block the loop."""
-    snapshot, problem = state.snapshot()
-    taken.append(snapshot)  # for the deadline answer, which reads the namespace's enforcement label
-    return admission.answer(request, snapshot=snapshot, settings=state.settings, operation=operation,
-                            cache_problem=problem)
+    """The whole answer (`admission.answer`). On the decision pool nothing here may block the loop."""
+    return _prepare(state, request, operation, taken).result()
 
 
 async def _decide(
@@ -176,10 +183,7 @@ async def _decide(
         return _answer(state, request, operation, taken)
     call: Callable[[], admission.Outcome]
     if body_bytes <= INLINE_BODY_BYTES:
-        snapshot, problem = state.snapshot()
-        taken.append(snapshot)
-        prepared = admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
-                                     cache_problem=problem)
+        prepared = _prepare(state, request, operation, taken)
         if prepared.cheap:
             return prepared.result()
         call = prepared.result
