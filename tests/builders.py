@@ -111,6 +111,19 @@ def make_cnp(name: str, spec: Mapping[str, Any], *, namespace: str = "default") 
     )
 
 
+def make_intra_zone_cnp(zone: str, *, namespace: str, name: str = "") -> PolicyObject:
+    """The seed lab's zone-scoped CNP: pods labelled `zone=<zone>` talk only to pods with the same label."""
+    return make_cnp(
+        name or f"allow-intra-{zone}",
+        {
+            "endpointSelector": {"matchLabels": {"zone": zone}},
+            "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": zone}}]}],
+            "egress": [{"toEndpoints": [{"matchLabels": {"zone": zone}}]}],
+        },
+        namespace=namespace,
+    )
+
+
 def make_ccnp(name: str, spec: Mapping[str, Any]) -> PolicyObject:
     """A CiliumClusterwideNetworkPolicy with one `spec`."""
     return projections.project_policy(

@@ -23,6 +23,7 @@ from tests.builders import (
     make_ccnp,
     make_cnp,
     make_group,
+    make_intra_zone_cnp,
     make_namespace,
     make_node,
     make_placement,
@@ -44,17 +45,6 @@ GPU_TOLERATION_ADDED = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "
 def lab_policies() -> list[Any]:
     """The seed lab's three CNPs (ram2valar/kubeflow-cilium-lab topology-network-policy.yaml)."""
 
-    def intra(zone: str) -> Any:
-        return make_cnp(
-            f"allow-intra-{zone}",
-            {
-                "endpointSelector": {"matchLabels": {"zone": zone}},
-                "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": zone}}]}],
-                "egress": [{"toEndpoints": [{"matchLabels": {"zone": zone}}]}],
-            },
-            namespace=NS,
-        )
-
     gpu = make_cnp(
         "deny-cross-zone-gpu-traffic",
         {
@@ -63,7 +53,7 @@ def lab_policies() -> list[Any]:
         },
         namespace=NS,
     )
-    return [intra("zone-a"), intra("zone-b"), gpu]
+    return [make_intra_zone_cnp("zone-a", namespace=NS), make_intra_zone_cnp("zone-b", namespace=NS), gpu]
 
 
 LAB = make_snapshot(

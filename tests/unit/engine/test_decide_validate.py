@@ -12,8 +12,8 @@ from app.models.cluster import Snapshot
 from app.models.job import JobGroup
 from tests.builders import (
     GPU_TAINT,
-    make_cnp,
     make_group,
+    make_intra_zone_cnp,
     make_namespace,
     make_node,
     make_placement,
@@ -35,18 +35,7 @@ LAB = make_snapshot(
         make_node("cpu-b-1", zone="zone-b", labels={"gpu": "false"}),
     ],
     namespaces=[make_namespace(NS)],
-    policies=[
-        make_cnp(
-            f"allow-intra-{z}",
-            {
-                "endpointSelector": {"matchLabels": {"zone": z}},
-                "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": z}}]}],
-                "egress": [{"toEndpoints": [{"matchLabels": {"zone": z}}]}],
-            },
-            namespace=NS,
-        )
-        for z in ("zone-a", "zone-b")
-    ],
+    policies=[make_intra_zone_cnp(z, namespace=NS) for z in ("zone-a", "zone-b")],
 )
 
 

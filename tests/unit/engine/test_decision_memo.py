@@ -22,6 +22,7 @@ from tests.builders import (
     GPU_TAINT,
     make_cnp,
     make_group,
+    make_intra_zone_cnp,
     make_namespace,
     make_node,
     make_placement,
@@ -36,18 +37,7 @@ KF_JOB_NAME = "training.kubeflow.org/job-name"
 
 
 def _policies() -> list[Any]:
-    intra = [
-        make_cnp(
-            f"intra-{zone}",
-            {
-                "endpointSelector": {"matchLabels": {"zone": zone}},
-                "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": zone}}]}],
-                "egress": [{"toEndpoints": [{"matchLabels": {"zone": zone}}]}],
-            },
-            namespace=NS,
-        )
-        for zone in ("zone-a", "zone-c")
-    ]
+    intra = [make_intra_zone_cnp(zone, namespace=NS) for zone in ("zone-a", "zone-c")]
     quarantine = make_cnp(
         "quarantine",
         {"endpointSelector": {"matchLabels": {"tier": "untrusted"}}, "ingressDeny": [{"fromEndpoints": [{}]}]},
