@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -156,3 +157,76 @@ def test_configure_logging_stops_gathering_what_no_line_shows(monkeypatch: pytes
             lg.setLevel(level)
     [line] = [json.loads(text) for text in buffer.getvalue().splitlines()]
     assert list(line) == ["time", "level", "logger", "msg", "port"]
+
+
+@pytest.fixture
+def configured() -> Any:
+    """configure_logging into a buffer (as `topoguard serve` does), everything restored afterwards."""
+    loggers = [logging.getLogger(name) for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access")]
+    saved = [(lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
+    switches = (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
+    handler = logs._line_handler
+    buffer = io.StringIO()
+    logs.configure_logging("info", stream=buffer)
+    yield buffer
+    for lg, (handlers, level, propagate) in zip(loggers, saved, strict=True):
+        lg.handlers[:], lg.propagate = handlers, propagate
+        lg.setLevel(level)
+    logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = switches
+    logs._line_handler = handler
+
+
+def _only_ours() -> None:
+    """The root logger as `topoguard serve` runs it: pytest's log capture adds its own handler for each test."""
+    assert logs._line_handler is not None
+    logging.getLogger().handlers[:] = [logs._line_handler]
+
+
+REVIEWS: list[dict[str, Any]] = [
+    {"uid": "u-1", "kind": "PyTorchJob", "namespace": "ml", "name": "train", "operation": "mutate",
+     "outcome": "patched", "zone": "zone-a", "duration_seconds": 0.0004},
+    {"uid": "u-2", "kind": "TFJob", "namespace": "", "name": "n", "operation": "validate", "outcome": "denied",
+     "zone": None, "duration_seconds": 1.5, "message": "topoguard: \"quoted\"\nnew line " + "x" * 600},
+]
+
+
+@pytest.mark.parametrize("review", REVIEWS)
+def test_the_direct_line_is_the_line_the_logging_path_writes(configured: io.StringIO, review: dict[str, Any],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    _only_ours()
+    assert logs._direct_handler() is logs._line_handler is not None
+    logs.log_review(**review)
+    monkeypatch.setattr(logs, "_direct_handler", lambda: None)  # the logging path, same handler
+    logs.log_review(**review)
+    direct, through_logging = (json.loads(line) for line in configured.getvalue().splitlines())
+    assert list(direct) == list(through_logging)
+    assert {**direct, "time": ""} == {**through_logging, "time": ""}
+
+
+def test_any_other_route_of_the_record_takes_the_logging_path(configured: io.StringIO) -> None:
+    _only_ours()
+    review_logger, root = logging.getLogger(logs.REVIEW_LOGGER), logging.getLogger()
+    captured = io.StringIO()
+    extra = logging.StreamHandler(captured)
+    ours = logs._line_handler
+    assert ours is not None
+    changes: list[tuple[Callable[[], None], Callable[[], None]]] = [
+        (lambda: review_logger.addHandler(extra), lambda: review_logger.removeHandler(extra)),
+        (lambda: root.addHandler(extra), lambda: root.removeHandler(extra)),
+        (lambda: root.addFilter(lambda r: True), lambda: root.filters.clear()),
+        (lambda: ours.setLevel(logging.WARNING), lambda: ours.setLevel(logging.NOTSET)),
+    ]
+    for attach, detach in changes:
+        attach()
+        try:
+            assert logs._direct_handler() is None
+        finally:
+            detach()
+    assert logs._direct_handler() is logs._line_handler
+    review_logger.addHandler(extra)
+    try:
+        logs.log_review(**REVIEWS[0])
+    finally:
+        review_logger.removeHandler(extra)
+    assert captured.getvalue().strip() == "review"  # the extra handler saw the record
+    assert json.loads(configured.getvalue())["uid"] == "u-1"  # and the root's handler still wrote the line
