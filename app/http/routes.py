@@ -115,7 +115,7 @@ def _enforcement(snapshot: Snapshot | None, namespace: str, default: str) -> str
 
 
 def _deadline_review(
-    state: AppState, request: admission.AdmissionRequest, snapshot: Snapshot | None
+    state: AppState, request: admission.ReviewRequest, snapshot: Snapshot | None
 ) -> dict[str, Any]:
     seconds = state.settings.request_deadline_seconds
     message = f"topoguard: no placement decision within the {seconds:g}s deadline; the job's zone was not checked"
@@ -152,7 +152,7 @@ def _blocked_flows(decision: Decision | None) -> dict[str, int]:
 
 
 def _prepare(
-    state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot]
+    state: AppState, request: admission.ReviewRequest, operation: Operation, taken: list[Snapshot]
 ) -> admission.Prepared:
     """Take the snapshot (once) and prepare the answer (`admission.prepare`)."""
     snapshot, problem = state.snapshot()
@@ -162,14 +162,14 @@ def _prepare(
 
 
 def _answer(
-    state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot]
+    state: AppState, request: admission.ReviewRequest, operation: Operation, taken: list[Snapshot]
 ) -> admission.Outcome:
     """The whole answer (`admission.answer`). On the decision pool nothing here may block the loop."""
     return _prepare(state, request, operation, taken).result()
 
 
 async def _decide(
-    state: AppState, request: admission.AdmissionRequest, operation: Operation, taken: list[Snapshot],
+    state: AppState, request: admission.ReviewRequest, operation: Operation, taken: list[Snapshot],
     started: float, body_bytes: int,
 ) -> admission.Outcome:
     """Answer on the loop what is cheap, on the decision pool (with the deadline) what may not be.
