@@ -28,6 +28,12 @@ class Store(Protocol):
 
     def status(self) -> SyncStatus: ...
 
+    def healthy_snapshot(self) -> Snapshot | None:
+        """The latest snapshot when decisions may trust it (synced, watches not failing past the bound),
+        else None, and then `status()` says why. What every admission review asks first: it must cost
+        next to nothing (no per-kind detail)."""
+        ...
+
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         """Call `callback(snapshot)` for every snapshot published from now on (e.g. to pre-warm indexes)."""
         ...
@@ -44,6 +50,9 @@ class StaticStore:
 
     def status(self) -> SyncStatus:
         return SyncStatus(synced=True, stale=False, age_seconds=0.0, detail={"source": "file"})
+
+    def healthy_snapshot(self) -> Snapshot | None:
+        return self._snapshot
 
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         callback(self._snapshot)

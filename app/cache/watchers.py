@@ -121,13 +121,21 @@ class WatchStore:
 
     def status(self) -> SyncStatus:
         now = time.monotonic()
-        bound = self._settings.cache_stale_seconds
         return SyncStatus(
             synced=self._snapshot is not None,
-            stale=any(r.failing_for(now) > bound for r in self._reflectors),
+            stale=self._stale(now),
             age_seconds=max(now - self._published_at, 0.0),
             detail={r.resource.kind: r.detail(now) for r in self._reflectors},
         )
+
+    def healthy_snapshot(self) -> Snapshot | None:
+        current = self._snapshot
+        return None if current is None or self._stale(time.monotonic()) else current
+
+    def _stale(self, now: float) -> bool:
+        """Whether some kind's watch has been failing longer than `cache_stale_seconds`."""
+        bound = self._settings.cache_stale_seconds
+        return any(r.failing_for(now) > bound for r in self._reflectors)
 
     def counts(self) -> dict[str, int]:
         """Objects held per kind (for the `cache_objects{kind}` metric)."""

@@ -48,8 +48,12 @@ class AppState:
         """The snapshot a request decides on (taken once) and the cache problem, if any.
 
         Stores may refuse `snapshot()` before their first sync (WatchStore raises
-        CacheNotReadyError); the status is asked first so that case never raises.
+        CacheNotReadyError); the status is asked first so that case never raises. A healthy store
+        is asked only for its snapshot (`healthy_snapshot`): the status is for wording a problem.
         """
+        healthy = self.store.healthy_snapshot()
+        if healthy is not None:
+            return healthy, None
         status, problem = self.cache_problem()
         if not status.synced:
             return EMPTY_SNAPSHOT, problem

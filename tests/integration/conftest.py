@@ -51,6 +51,9 @@ class ControlledStore:
     def status(self) -> SyncStatus:
         return SyncStatus(synced=self.synced, stale=self.stale, age_seconds=1.5, detail=dict(self.detail))
 
+    def healthy_snapshot(self) -> Snapshot | None:
+        return self.current if self.synced and not self.stale else None
+
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         self.subscribers.append(callback)
 

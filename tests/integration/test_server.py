@@ -199,6 +199,9 @@ class BrokenStore:
     def status(self) -> SyncStatus:
         return SyncStatus(synced=True, stale=False, age_seconds=0.0)
 
+    def healthy_snapshot(self) -> Snapshot:
+        raise RuntimeError("the cache exploded")
+
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         return None
 

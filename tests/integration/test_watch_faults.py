@@ -215,14 +215,15 @@ def test_failing_watches_turn_stale_after_the_bound(
     api.apply(make_node("gpu-a-1"))
     settings = Settings(cache_stale_seconds=0.3)
     with running_store(api, tmp_path, settings=settings) as store:
-        fresh = store.status()
+        fresh, fresh_healthy = store.status(), store.healthy_snapshot()
         outage(api)
         wait_until(lambda: store.status().stale, what="the cache to turn stale")
         wait_until(lambda: all(v.startswith("failing") for v in store.status().detail.values()), what="every kind")
-        stale = store.status()
+        stale, stale_healthy = store.status(), store.healthy_snapshot()
         served = node_names(store)
 
     assert (fresh.synced, fresh.stale) == (True, False)
+    assert fresh_healthy is not None and stale_healthy is None  # a review asks only this
     assert stale.synced is True  # it was synced once; the snapshot is old, not partial
     assert all(v.startswith("failing since ") and error in v for v in stale.detail.values()), stale.detail
     assert served == ["gpu-a-1"]  # the last good snapshot is still served; callers decide from `stale`
@@ -237,9 +238,10 @@ def test_stale_clears_when_the_apiserver_recovers(api: FakeApiServer, tmp_path: 
         wait_until(lambda: not store.status().stale, what="the cache to recover")
         api.apply(make_node("gpu-a-1"))
         wait_until(lambda: node_names(store) == ["gpu-a-1"], what="events after recovery")
-        detail = store.status().detail
+        detail, healthy = store.status().detail, store.healthy_snapshot()
 
     assert set(detail.values()) == {"synced"}
+    assert healthy is not None
 
 
 def test_wrong_token_is_reported_per_kind(api: FakeApiServer, tmp_path: Path) -> None:
@@ -248,11 +250,11 @@ def test_wrong_token_is_reported_per_kind(api: FakeApiServer, tmp_path: Path) ->
     asyncio.run(store.start())
     try:
         wait_until(lambda: all("Unauthorized" in v for v in store.status().detail.values()), what="401 details")
-        status = store.status()
+        status, healthy = store.status(), store.healthy_snapshot()
     finally:
         asyncio.run(store.stop())
 
-    assert status.synced is False
+    assert status.synced is False and healthy is None
     assert all(v.startswith("failing since ") and "HTTP 401 Unauthorized" in v for v in status.detail.values())
 
 
