@@ -74,6 +74,7 @@ class Metrics:
         self._review_durations: dict[str, Any] = {}
         self._reason_counts: dict[str, Any] = {}
         self._zone_blocked_flows: dict[str, Any] = {}
+        self._blocked_last: dict[str, int] = {}  # the value last set per zone (of the series kept above)
 
     def record_review(self, *, operation: str, kind: str, outcome: str, duration_seconds: float) -> None:
         key = (operation, kind, outcome)
@@ -109,10 +110,14 @@ class Metrics:
 
     def record_blocked_flows(self, blocked: Mapping[str, int]) -> None:
         for zone, count in blocked.items():
+            if self._blocked_last.get(zone) == count:
+                continue  # the series holds it already (a gauge set takes a lock: skipped per review)
             series = self._zone_blocked_flows.get(zone)
             if series is None:
                 series = _kept(self._zone_blocked_flows, zone, self.zone_blocked_flows.labels(zone=zone))
             series.set(count)
+            if zone in self._zone_blocked_flows:
+                self._blocked_last[zone] = count
 
     def record_certificate(self, not_after: float) -> None:
         self.cert_expiry.set(not_after)

@@ -7,7 +7,7 @@ run many apps in one process.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -16,6 +16,7 @@ from app.cache.store import Store, SyncStatus
 from app.config import Settings
 from app.metrics import Metrics
 from app.models.cluster import Snapshot
+from app.models.decision import Decision
 
 # What a request decides on while the cache has not synced: nothing. answer() refuses (or warns) on
 # the cache problem before it looks at the snapshot, so an empty one is never used to place a job.
@@ -32,6 +33,8 @@ class AppState:
     executor: ThreadPoolExecutor | None
     draining: bool = False  # SIGTERM seen: answer with `Connection: close`, report not ready
     last_full_gc: float = float("-inf")  # monotonic time of the last full collection (app.settle_heap)
+    # What the metrics take from a decision, per decision object (routes.decision_metrics).
+    decision_metrics: dict[int, tuple[Decision, dict[str, int], dict[str, int]]] = field(default_factory=dict)
 
     def cache_problem(self) -> tuple[SyncStatus, str | None]:
         """The store's status and, when decisions must not trust it, why (passed to admission.answer)."""

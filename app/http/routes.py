@@ -151,6 +151,27 @@ def _blocked_flows(decision: Decision | None) -> dict[str, int]:
     return {r.zone: sum(1 for f in r.flows if f.verdict.verdict == "deny") for r in decision.zones}
 
 
+# Decisions whose metric facts are kept (AppState.decision_metrics); beyond it the table starts over.
+DECISION_METRICS_KEPT = 1024
+
+
+def decision_metrics(state: AppState, decision: Decision) -> tuple[dict[str, int], dict[str, int]]:
+    """(`_reason_counts`, `_blocked_flows`) of `decision`, worked out once per decision object.
+
+    The engine memoizes decisions per snapshot, so most reviews carry a decision seen before. The
+    entry holds the decision itself: its id cannot be reused by another object while it is kept.
+    """
+    kept = state.decision_metrics
+    entry = kept.get(id(decision))
+    if entry is not None and entry[0] is decision:
+        return entry[1], entry[2]
+    facts = _reason_counts(decision), _blocked_flows(decision)
+    if len(kept) >= DECISION_METRICS_KEPT:
+        kept.clear()
+    kept[id(decision)] = (decision, *facts)
+    return facts
+
+
 def _prepare(
     state: AppState, request: admission.ReviewRequest, operation: Operation, taken: list[Snapshot]
 ) -> admission.Prepared:
@@ -247,8 +268,9 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     await _send(send, 200, orjson.dumps(review), close=state.draining)
     metrics.record_review(operation=operation, kind=kind, outcome=outcome, duration_seconds=duration)
     if decision is not None:
-        metrics.record_reasons(_reason_counts(decision))
-        metrics.record_blocked_flows(_blocked_flows(decision))
+        reasons, blocked = decision_metrics(state, decision)
+        metrics.record_reasons(reasons)
+        metrics.record_blocked_flows(blocked)
     log_review(
         uid=request.uid[:LOGGED_TEXT_CHARS], kind=request.kind.kind[:LOGGED_TEXT_CHARS],
         namespace=(request.namespace or "")[:LOGGED_TEXT_CHARS], name=(request.name or "")[:LOGGED_TEXT_CHARS],

@@ -21,7 +21,9 @@ REVIEWS = [
     ("mutate", "PyTorchJob", "denied", 0.004),
 ]
 REASONS = [{"capacity": 1, "network-deny": 2}, {"capacity": 3}, {"split": 1}]
-BLOCKED = [{"zone-a": 2, "zone-b": 0}, {"zone-a": 1}, {"zone-c": 4, "zone-b": 5}]
+# A zone's value repeated, changed and changed back: the gauge must follow (the repeats are not re-set).
+BLOCKED = [{"zone-a": 2, "zone-b": 0}, {"zone-a": 1}, {"zone-a": 1, "zone-b": 0}, {"zone-c": 4, "zone-b": 5},
+           {"zone-a": 2}]
 
 
 def _record(m: Metrics) -> None:

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 
 from app.cache.files import load_snapshot
+from app.cache.store import StaticStore
 from app.config import Settings, load_settings
 from app.http import admission, routes
-from app.metrics import REASON_CLASSES
+from app.http.deps import AppState
+from app.metrics import REASON_CLASSES, Metrics
 from app.models.decision import Decision
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -76,3 +78,25 @@ def test_split_is_the_decisions_structured_cause_not_its_wording() -> None:
     words = ("the group can be split across zones (Master can run in zone-a, zone-b)",)
     assert routes._reason_counts(Decision(False, None, (), words, split=True)) == {"split": 1}
     assert routes._reason_counts(Decision(False, None, (), words)) == {}
+
+
+def test_decision_metrics_are_worked_out_once_per_decision_object() -> None:
+    state = AppState(settings=Settings(), store=StaticStore(LAB), metrics=Metrics(), executor=None)
+    first = decision_for(as_written, "mutate", Settings())
+    same_content = copy.deepcopy(first)  # an equal decision, another object: worked out again
+    refused = decision_for(pin_master_to_zone_b, "mutate", IDENTITY)
+    got = [routes.decision_metrics(state, d) for d in (first, first, same_content, refused)]
+    want = [(routes._reason_counts(d), routes._blocked_flows(d)) for d in (first, first, same_content, refused)]
+    assert got == want
+    assert got[0][1] is got[1][1]  # the second review of a memoized decision reuses the first's facts
+    assert got[2][1] is not got[0][1]
+    assert len(state.decision_metrics) == 3
+
+
+def test_decision_metrics_start_over_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routes, "DECISION_METRICS_KEPT", 2)
+    state = AppState(settings=Settings(), store=StaticStore(LAB), metrics=Metrics(), executor=None)
+    decisions = [Decision(False, None, (), (f"reason {i}",), split=True) for i in range(5)]
+    for d in decisions:
+        assert routes.decision_metrics(state, d) == ({"split": 1}, {})
+    assert 1 <= len(state.decision_metrics) <= 2
