@@ -5,14 +5,15 @@
 Every server is a real process on 127.0.0.1 (TLS, keep-alive, HTTP/1.1), pinned to CPU 0 when
 `taskset` exists, with wrk (1 thread, 8 connections, a Lua script posting the review) on CPU 1.
 The review: a 16-replica PyTorchJob (1 CPU Master + 15 Workers x 4 GPUs) as the apiserver sends it
-(~11 KB with managedFields and the last-applied annotation), into a generated cluster of 5,000 nodes
+(~5 KB with managedFields and the last-applied annotation), into a generated cluster of 5,000 nodes
 in three zones with 1,000 policies (3 zone-identity CNPs in the job's namespace, the rest spread over
 team namespaces plus some cluster-wide ones) and a busy GPU pod on every third node.
 
-Every request is a new job: wrk's script gives each one its own job name and uid (`llm-1`, `llm-2`, ...,
-as a sweep or a pipeline submits runs from one template), so nothing is answered from a copy of an
-earlier answer; what topoguard does keep per snapshot (the decision for a job of that shape, the
-verdicts) is what it keeps in production. One extra run repeats one review byte for byte.
+Every request is a new job: wrk's script gives each one its own job name, uid and training seed
+(`llm-1 ... --seed=1`, `llm-2 ... --seed=2`, ..., as a sweep submits runs from one template), so no
+two reviews have the same content and nothing is answered from a copy of an earlier answer; what
+topoguard does keep per snapshot (the decision for a job of that shape, the verdicts) is what it
+keeps in production. One extra run repeats one review byte for byte.
 
 Reported: requests/s and p99 of the echo app, of topoguard at 5,000 and at 60 nodes (same
 policies), of the HTTP layer alone (a review the pipeline skips), of one review repeated, and the
@@ -62,7 +63,7 @@ TARGET_5K_VS_60 = 0.8
 SKIPPED = "topoguard 5,000 nodes, decision skipped"
 BIG = "topoguard 5,000 nodes"
 REPEATED = "topoguard 5,000 nodes, one review repeated"
-SEQ = "__SEQ__"  # replaced by wrk's script with a per-request number (job name and uid)
+SEQ = "__SEQ__"  # replaced by wrk's script with a per-request number (job name, uid and seed)
 
 
 # --- the generated cluster and review ------------------------------------------------------------
@@ -131,11 +132,12 @@ def cluster(nodes: int, policies: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": objects}
 
 
-def job() -> dict[str, Any]:
+def job(seed: str = "1") -> dict[str, Any]:
     def template(role: str, gpus: int) -> dict[str, Any]:
         container: dict[str, Any] = {
             "name": "pytorch", "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
-            "command": ["torchrun", "--nnodes=16", "--nproc-per-node=4", "train.py", "--config=/etc/llm/config.yaml"],
+            "command": ["torchrun", "--nnodes=16", "--nproc-per-node=4", "train.py", "--config=/etc/llm/config.yaml",
+                        f"--seed={seed}"],
             "env": [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}],
             "resources": {"requests": {"cpu": "16", "memory": "128Gi"}, "limits": {"cpu": "16", "memory": "128Gi"}},
             "volumeMounts": [{"name": "config", "mountPath": "/etc/llm"}, {"name": "shm", "mountPath": "/dev/shm"}],
@@ -169,8 +171,8 @@ def job() -> dict[str, Any]:
     return body
 
 
-def review(namespace: str = NS, *, name: str = "llm") -> dict[str, Any]:
-    obj = job()
+def review(namespace: str = NS, *, name: str = "llm", seed: str = "1") -> dict[str, Any]:
+    obj = job(seed)
     obj["metadata"]["namespace"] = namespace
     obj["metadata"]["name"] = name
     gvk = {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}
@@ -259,7 +261,7 @@ def review_buckets(port: int, ctx: ssl.SSLContext) -> dict[str, float]:
 
 def lua(path: Path, body_file: Path) -> Path:
     """A wrk script that POSTs the file's bytes as application/json, with every SEQ in them replaced by the
-    request's own number (a new job name and uid per request; the file without SEQ is sent as it is)."""
+    request's own number (a new job per request; the file without SEQ is sent as it is)."""
     path.write_text(
         f'local f = assert(io.open("{body_file}", "rb"))\nlocal template = f:read("*a")\nf:close()\n'
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = template\n'
@@ -347,7 +349,7 @@ def main() -> int:
         for nodes in (5000, 60):
             snapshots[nodes] = tmp / f"cluster-{nodes}.json"
             snapshots[nodes].write_text(json.dumps(cluster(nodes, 1000)))
-        body = review(name=f"llm-{SEQ}")
+        body = review(name=f"llm-{SEQ}", seed=SEQ)
         body_file = tmp / "review.json"
         body_file.write_bytes(json.dumps(body, separators=(",", ":")).encode())
         script = lua(tmp / "post.lua", body_file)
@@ -355,7 +357,8 @@ def main() -> int:
         same_file.write_bytes(json.dumps(review(), separators=(",", ":")).encode())
         same_script = lua(tmp / "post-same.lua", same_file)
         skip_file = tmp / "review-skip.json"
-        skip_file.write_bytes(json.dumps(review(OPTED_OUT, name=f"llm-{SEQ}"), separators=(",", ":")).encode())
+        skipped = review(OPTED_OUT, name=f"llm-{SEQ}", seed=SEQ)
+        skip_file.write_bytes(json.dumps(skipped, separators=(",", ":")).encode())
         skip_script = lua(tmp / "post-skip.lua", skip_file)
         size_kib = body_file.stat().st_size / 1024
         print(f"review: 16-replica PyTorchJob, {size_kib:.1f} KiB; cluster: 5,000 or 60 nodes x 1,000 policies; "
