@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 
 from app.cache.store import Store, SyncStatus
 from app.config import Settings
+from app.http.deadlines import BodyDeadlines
 from app.metrics import Metrics
 from app.models.cluster import Snapshot
 from app.models.decision import Decision
@@ -35,6 +36,10 @@ class AppState:
     last_full_gc: float = float("-inf")  # monotonic time of the last full collection (app.settle_heap)
     # What the metrics take from a decision, per decision object (routes.decision_metrics).
     decision_metrics: dict[int, tuple[Decision, dict[str, int], dict[str, int]]] = field(default_factory=dict)
+    body_deadlines: BodyDeadlines = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.body_deadlines = BodyDeadlines(self.settings.request_deadline_seconds)
 
     def cache_problem(self) -> tuple[SyncStatus, str | None]:
         """The store's status and, when decisions must not trust it, why (passed to admission.answer)."""

@@ -28,6 +28,7 @@ from app import engine, jobs, policy
 from app.config import Settings
 from app.engine import capacity
 from app.http import admission, responses
+from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
 from app.logs import log_review
 from app.models.cluster import Snapshot
@@ -226,9 +227,8 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
         _check_headers(scope, state.settings.max_body_bytes)
         try:
             # A client that stops sending mid-body must not hold the request open forever.
-            async with asyncio.timeout(state.settings.request_deadline_seconds):
-                body = await _read_body(receive, state.settings.max_body_bytes)
-        except TimeoutError:
+            body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
+        except BodyDeadlineExceeded:
             raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
         try:
             raw = orjson.loads(body)
