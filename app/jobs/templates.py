@@ -6,7 +6,7 @@ Kubernetes default (service account `default`, protocol `TCP`); values of the wr
 errors, never guessed.
 
 This runs on every admission review, so the common case is kept cheap: a template written the
-usual way is read in one pass (`_read_plain_pod_template`) and only any other field by field;
+usual way is read in one pass (`read_plain_pod_template`) and only any other field by field;
 paths are handed down as `LazyPath`s (`(parent, key)` tuples) and rendered only for an error
 message; and dicts (what JSON decoding gives) are recognised by `type(x) is dict` before the
 slower generic `isinstance(x, Mapping)`, which still accepts any other mapping.
@@ -20,6 +20,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError, LazyPath, render_path
+from app.jobs.records import build_record
 from app.models.cluster import ContainerPort
 from app.models.job import UserPlacement
 
@@ -168,13 +169,13 @@ def read_pod_template(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_r
     A template written the usual way is read in one pass; any other field by field, which reports
     what is wrong.
     """
-    facts = _read_plain_pod_template(raw, gpu_resources)
+    facts = read_plain_pod_template(raw, gpu_resources)
     if facts is not None:
         return facts
     return _read_pod_template_fields(raw, at, errors, gpu_resources)
 
 
-def _read_plain_pod_template(raw: Any, gpu_resources: Sequence[str]) -> PodFacts | None:
+def read_plain_pod_template(raw: Any, gpu_resources: Sequence[str]) -> PodFacts | None:
     """`read_pod_template` in one pass for a template written the usual way; None for any other.
 
     The usual way: exact JSON types (dict, list, str, int, bool) holding values the field-by-field
@@ -188,7 +189,7 @@ def _read_plain_pod_template(raw: Any, gpu_resources: Sequence[str]) -> PodFacts
     metadata = raw.get("metadata")
     labels: dict[str, str] | None = {}
     if metadata is not None:
-        labels = _plain_string_map(metadata.get("labels")) if type(metadata) is dict else None
+        labels = read_plain_string_map(metadata.get("labels")) if type(metadata) is dict else None
     spec = raw.get("spec")
     if labels is None or type(spec) is not dict or spec.get("initContainers") is not None:
         return None
@@ -206,14 +207,12 @@ def _read_plain_pod_template(raw: Any, gpu_resources: Sequence[str]) -> PodFacts
     host_network = spec.get("hostNetwork")
     if host_network is not None and type(host_network) is not bool:
         return None
-    node_selector = _plain_string_map(spec.get("nodeSelector"))
-    terms = _plain_node_selector_terms(spec.get("affinity"))
-    tolerations = _plain_objects(spec.get("tolerations"))
-    if node_selector is None or terms is None or tolerations is None:
+    placement: UserPlacement | None = EMPTY_PLACEMENT
+    node_selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
+    if node_selector is not None or affinity is not None or tolerations is not None:  # absent from most
+        placement = _read_plain_placement(node_selector, affinity, tolerations)
+    if placement is None:
         return None
-    placement = EMPTY_PLACEMENT
-    if node_selector or terms or tolerations:
-        placement = UserPlacement(node_selector=node_selector, node_selector_terms=terms, tolerations=tolerations)
     return PodFacts(
         labels, gpus, ports, names, service_account or DEFAULT_SERVICE_ACCOUNT, bool(host_network), placement
     )
@@ -266,7 +265,23 @@ def _read_plain_containers(
                         container_gpus[resource] = amount
             for resource, amount in container_gpus.items():
                 gpus[resource] = gpus.get(resource, 0) + amount
-    return tuple(names), tuple(ports), {r: n for r, n in sorted(gpus.items()) if n > 0}
+    if gpus:
+        gpus = {r: n for r, n in sorted(gpus.items()) if n > 0}
+    return tuple(names), tuple(ports), gpus
+
+
+def _read_plain_placement(node_selector: Any, affinity: Any, tolerations: Any) -> UserPlacement | None:
+    """`read_placement` of a pod spec with these three fields written the usual way; None otherwise."""
+    selector = read_plain_string_map(node_selector)
+    terms = _plain_node_selector_terms(affinity)
+    objects = _plain_objects(tolerations)
+    if selector is None or terms is None or objects is None:
+        return None
+    if not (selector or terms or objects):
+        return EMPTY_PLACEMENT
+    return build_record(
+        UserPlacement, {"node_selector": selector, "node_selector_terms": terms, "tolerations": objects}
+    )
 
 
 def _plain_node_selector_terms(affinity: Any) -> tuple[dict[str, Any], ...] | None:
@@ -294,7 +309,7 @@ def _plain_objects(value: Any) -> tuple[dict[str, Any], ...] | None:
     return tuple(value)
 
 
-def _plain_string_map(value: Any) -> dict[str, str] | None:
+def read_plain_string_map(value: Any) -> dict[str, str] | None:
     """A copy of a dict of str to str; `{}` for None; None for anything else."""
     if value is None:
         return {}

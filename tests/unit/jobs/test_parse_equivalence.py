@@ -12,7 +12,6 @@ generic `Mapping` check. Two properties hold the paths together:
 
 from __future__ import annotations
 
-import copy
 import types
 from typing import Any
 
@@ -37,6 +36,7 @@ from tests.unit.jobs.builders import (
     template,
     trainjob,
 )
+from tests.unit.jobs.strategies import json_values, mutated
 
 AMD = "amd.com/gpu"
 
@@ -75,7 +75,6 @@ OTHER_TEMPLATES = [
     {"spec": {}},
 ]
 
-LEAVES = st.sampled_from([None, True, False, 0, 1, 2, -1, 70000, 2.0, 1.5, "", "x", "2", "1.5", "TCP", "tcp", "Always"])
 KEYS = st.sampled_from(
     [
         *("metadata", "labels", "spec", "containers", "name", "ports", "containerPort", "protocol", "resources"),
@@ -84,53 +83,13 @@ KEYS = st.sampled_from(
         *("trainer", "numNodes"),
     ]
 )
-JSON = st.recursive(
-    LEAVES | st.text(max_size=3),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
-    max_leaves=12,
-)
-
-
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            out += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            out += _paths(value, (*prefix, i))
-    return out
-
-
-@st.composite
-def _mutated(draw: st.DrawFn, seeds: list[Any]) -> Any:
-    """A seed with one or two subtrees replaced, deleted or given a new member."""
-    doc = copy.deepcopy(draw(st.sampled_from(seeds)))
-    for _ in range(draw(st.integers(1, 2))):
-        paths = _paths(doc)[1:]
-        if not paths:
-            break
-        path = draw(st.sampled_from(paths))
-        parent = doc
-        for token in path[:-1]:
-            parent = parent[token]
-        action = draw(st.sampled_from(["replace", "delete", "add"]))
-        target = parent[path[-1]]
-        if action == "delete":
-            del parent[path[-1]]
-        elif action == "add" and isinstance(target, dict):
-            target[draw(KEYS)] = draw(JSON)
-        elif action == "add" and isinstance(target, list):
-            target.append(draw(JSON))
-        else:
-            parent[path[-1]] = draw(JSON)
-    return doc
+JSON = json_values(KEYS)
 
 
 def _read_both(tpl: Any, gpu_resources: tuple[str, ...]) -> tuple[Any, Any, list[FieldError]]:
     errors: list[FieldError] = []
     slow = templates._read_pod_template_fields(tpl, "t", errors, gpu_resources)
-    return templates._read_plain_pod_template(tpl, gpu_resources), slow, errors
+    return templates.read_plain_pod_template(tpl, gpu_resources), slow, errors
 
 
 @pytest.mark.parametrize("tpl", PLAIN_TEMPLATES)
@@ -149,7 +108,7 @@ def test_template_with_init_containers_or_unusual_fields_is_read_field_by_field(
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_mutated(PLAIN_TEMPLATES + OTHER_TEMPLATES), st.sampled_from([(GPU,), GPU_RESOURCES]))
+@given(mutated(PLAIN_TEMPLATES + OTHER_TEMPLATES, KEYS, JSON), st.sampled_from([(GPU,), GPU_RESOURCES, (GPU, GPU)]))
 def test_one_pass_reader_answers_only_as_the_field_by_field_reader_does(tpl: Any, gpus: tuple[str, ...]) -> None:
     fast, slow, errors = _read_both(tpl, gpus)
     if fast is not None:
@@ -195,6 +154,6 @@ def test_job_parses_the_same_from_dicts_and_from_other_mappings(doc: dict[str, A
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_mutated(JOBS))
+@given(mutated(JOBS, KEYS, JSON))
 def test_mutated_job_parses_the_same_from_dicts_and_from_other_mappings(doc: Any) -> None:
     assert _outcome(_as_mapping_proxies(doc)) == _outcome(doc)
