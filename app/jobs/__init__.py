@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from app.jobs import jobset, kubeflow, trainjob
+from app.jobs import jobset, kubeflow, kubeflow_plain, trainjob
 from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
 from app.jobs.pointers import ensure_object, escape_json_pointer
 from app.jobs.templates import is_object, type_name
@@ -40,7 +40,7 @@ __all__ = [
 _Parser = Callable[..., JobGroup]
 
 _PARSERS: Mapping[tuple[str, str], _Parser] = {
-    **{gvk: functools.partial(kubeflow.parse, framework=f) for gvk, f in kubeflow.FRAMEWORKS.items()},
+    **{gvk: functools.partial(kubeflow_plain.parse, framework=f) for gvk, f in kubeflow.FRAMEWORKS.items()},
     (jobset.API_VERSION, jobset.KIND): jobset.parse,
     (trainjob.API_VERSION, trainjob.KIND): trainjob.parse,
 }
@@ -60,7 +60,7 @@ def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace
         UnsupportedKindError: apiVersion/kind is not in `SUPPORTED`.
         InvalidJobError: the job is malformed; `.errors` lists every bad field with its path.
     """
-    if not is_object(raw):
+    if type(raw) is not dict and not is_object(raw):
         raise InvalidJobError([FieldError("", f"job must be an object, got {type_name(raw)}")])
     api_version, kind = raw.get("apiVersion"), raw.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):
