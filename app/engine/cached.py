@@ -7,7 +7,6 @@ where a deadline can be kept). `decide`/`validate` are `pending(...).result()`.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
 
 from app.config import Settings
@@ -25,7 +24,7 @@ class Pending:
     costs nothing), else `result()` computes it and keeps it for the next job of the same shape."""
 
     kind: memo.Kind
-    key: tuple[Hashable, ...]
+    key: memo.DecisionKey
     known: Decision | None
     group: JobGroup
     snapshot: Snapshot
@@ -41,8 +40,9 @@ class Pending:
 def pending(kind: memo.Kind, group: JobGroup, snapshot: Snapshot, settings: Settings) -> Pending:
     """The mutating (`decide`) or validating (`validate`) decision for the group, looked up in the memo."""
     colocated = kind == "validate" and is_colocated(group, settings.zone_label)
-    key = memo.decision_key(kind, group, snapshot, settings, colocated=colocated)
-    return Pending(kind, key, memo.memo_of(snapshot).get(key), group, snapshot, settings)
+    decisions = memo.memo_of(snapshot)
+    key = decisions.key(kind, group, snapshot, settings, colocated=colocated)
+    return Pending(kind, key, decisions.get(key), group, snapshot, settings)
 
 
 def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
