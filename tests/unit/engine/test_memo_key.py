@@ -19,12 +19,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app import jobs
 from app.config import Settings
 from app.engine import memo
 from app.models.cluster import ContainerPort
 from app.models.job import Flow, JobGroup, Replica
 from app.models.network import ALL_PORTS, PortRange
-from tests.builders import make_cnp, make_group, make_namespace, make_placement, make_replica, make_snapshot, tolerate
+from tests.builders import (
+    GPU,
+    make_cnp,
+    make_group,
+    make_namespace,
+    make_placement,
+    make_pytorchjob,
+    make_replica,
+    make_snapshot,
+    make_template,
+    tolerate,
+)
 
 NS = "ml"
 # Policies read `tier` and `team`; no policy reads `owner`.
@@ -311,6 +323,44 @@ def test_settings_that_hash_alike_still_get_their_own_entry() -> None:
     other = decisions.key("decide", group, SNAPSHOT, SETTINGS[2])
     assert hash(first) == hash(other)
     assert first != other
+
+
+def test_a_flows_tuple_seen_before_is_read_once_and_others_are_still_told_apart() -> None:
+    # The kubeflow parser hands every job of one shape the same flows tuple; the memo keeps its form.
+    decisions = memo.DecisionMemo()
+    a = _group(BASE)
+    b = dataclasses.replace(_group({**BASE, "name": "b"}), flows=a.flows)
+    other = _group({**BASE, "flows": "rendezvous-29500"})
+    first = decisions.key("decide", a, SNAPSHOT, SETTINGS[0])
+    assert decisions.key("decide", b, SNAPSHOT, SETTINGS[0]) == first
+    assert decisions.key("decide", other, SNAPSHOT, SETTINGS[0]) != first
+    assert decisions.key("decide", a, SNAPSHOT, SETTINGS[0]) == first
+
+
+@pytest.mark.parametrize(
+    "worker, shared",
+    [
+        pytest.param(make_template(gpus=4, labels={"owner": "alice"}), True, id="an unread label"),
+        pytest.param(make_template(gpus=4, labels={"tier": "x"}), False, id="a label a policy reads"),
+        pytest.param(
+            make_template(gpus=4, ports=[{"name": "pytorchjob-port", "containerPort": 29500}]), False, id="the port"
+        ),
+    ],
+)
+def test_parsed_jobs_share_a_key_exactly_when_they_did(worker: dict[str, Any], shared: bool) -> None:
+    decisions, base = memo.DecisionMemo(), make_template(gpus=4)
+    groups = [
+        jobs.parse_job(make_pytorchjob(name, namespace=NS, worker=template), gpu_resources=(GPU,))
+        for name, template in (("a", base), ("b", base), ("c", worker), ("a", base))
+    ]
+    new = [decisions.key("decide", g, SNAPSHOT, SETTINGS[0]) for g in groups]
+    old = [_tuple_key("decide", g, SETTINGS[0], colocated=False) for g in groups]
+    assert (new[0] == new[1], new[0] == new[2], new[2] == new[3]) == (
+        old[0] == old[1],
+        old[0] == old[2],
+        old[2] == old[3],
+    )
+    assert (new[0] == new[1], new[0] == new[2], new[0] == new[3]) == (True, shared, True)
 
 
 def test_a_key_with_non_string_json_keys_is_the_exact_form() -> None:
