@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import operator
 import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -263,7 +264,7 @@ def _build_patch_fast(
     if decision.summary:
         updates[labels.DECISION_ANNOTATION] = decision.summary
     annotations = metadata.get("annotations", _ABSENT)
-    if float in map(type, [*metadata.values(), *(annotations.values() if type(annotations) is dict else ())]):
+    if _holds_float(metadata, annotations if type(annotations) is dict else ()):
         return None
     annotation_ops: list[PatchOp] = []
     if not _emit_flat(annotation_ops, annotations, updates, "/metadata/annotations"):
@@ -272,6 +273,15 @@ def _build_patch_fast(
     if template_ops is None:
         return None
     return annotation_ops + template_ops if metadata_first else template_ops + annotation_ops
+
+
+def _holds_float(*containers: Any) -> bool:
+    """Whether a value of one of the dicts or lists is a float (a loop: cheaper than `map` on a few values)."""
+    for container in containers:
+        for value in container.values() if type(container) is dict else container:
+            if type(value) is float:
+                return True
+    return False
 
 
 @functools.lru_cache(maxsize=1024)
@@ -297,30 +307,19 @@ def _usual_templates(raw_job: Mapping[str, Any], replicas: Sequence[Replica]) ->
     """Every replica's pod template (a dict at its pointer, reached through dicts and lists), and
     whether the job's `metadata` comes before them; None when that is not how the diff would see it.
 
-    That is: the pointers in document order, one after the other, under one root key other than
-    `metadata` (the diff emits ops in document order, the fast path in replica order), and no float
-    in a container on the way (see `_build_patch_fast`; the templates' own values are checked later).
+    That is: the pointers as `_walks` wants them, the templates in document order (the diff emits ops
+    in document order, the fast path in replica order), and no float in a container on the way (see
+    `_build_patch_fast`; the templates' own values are checked later).
     """
-    if float in map(type, raw_job.values()):
+    walks = _walks(tuple(map(_TEMPLATE_PATH, replicas)))
+    if walks is None or _holds_float(raw_job):
         return None
     templates: list[Any] = []
-    prev: tuple[str, ...] = ()
     nodes: list[Any] = [raw_job]  # the containers on the previous pointer, by depth
-    for replica in replicas:
-        tokens = _plain_tokens(replica.template_path)
-        if not tokens or tokens[0] == "metadata":
-            return None
-        fork = 0  # the depth where this pointer leaves the previous one
-        if prev:
-            for token, before in zip(tokens, prev, strict=False):
-                if token != before:
-                    break
-                fork += 1
-            if fork == 0 or fork == len(tokens) or fork == len(prev):
-                return None  # another root key, the same template, or one template inside another
-            del nodes[fork + 1 :]
+    for fork, before, steps in walks:
+        del nodes[fork + 1 :]
         node = nodes[fork]
-        for token in tokens[fork:]:
+        for token in steps:
             if type(node) is dict and token in node:
                 node = node[token]
             elif type(node) is list and token.isdigit() and int(token) < len(node):
@@ -328,17 +327,45 @@ def _usual_templates(raw_job: Mapping[str, Any], replicas: Sequence[Replica]) ->
             else:
                 return None
             nodes.append(node)
-        if type(node) is not dict or (prev and not _in_order(nodes[fork], prev[fork], tokens[fork])):
+        if type(node) is not dict or (before and not _in_order(nodes[fork], before, steps[0])):
             return None
-        for container in nodes[fork + 1 : -1]:  # NB: the one at `fork` was reached (and checked) before
-            if float in map(type, container.values() if type(container) is dict else container):
-                return None
+        if _holds_float(*nodes[fork + 1 : -1]):  # NB: the one at `fork` was reached (and checked) before
+            return None
         templates.append(node)
-        prev = tokens
+    root = walks[0][2][0]
     for key in raw_job:
-        if key == "metadata" or key == prev[0]:
+        if key == "metadata" or key == root:
             return templates, key == "metadata"
     return None
+
+
+_TEMPLATE_PATH = operator.attrgetter("template_path")
+
+
+@functools.lru_cache(maxsize=1024)
+def _walks(pointers: tuple[str, ...]) -> tuple[tuple[int, str, tuple[str, ...]], ...] | None:
+    """How to reach each template from the one before: (depth where its pointer leaves the previous
+    one, the previous pointer's token there ("" for the first), the tokens from there on).
+
+    None when a pointer is not spelled as the diff would spell it (`_plain_tokens`), or the pointers
+    do not follow one another under one root key other than `metadata` (another root key, the same
+    template twice, one template inside another).
+    """
+    out: list[tuple[int, str, tuple[str, ...]]] = []
+    prev: tuple[str, ...] = ()
+    for pointer in pointers:
+        tokens = _plain_tokens(pointer)
+        if not tokens or tokens[0] == "metadata":
+            return None
+        fork = 0
+        if prev:
+            while fork < min(len(tokens), len(prev)) and tokens[fork] == prev[fork]:
+                fork += 1
+            if fork == 0 or fork == len(tokens) or fork == len(prev):
+                return None
+        out.append((fork, prev[fork] if prev else "", tokens[fork:]))
+        prev = tokens
+    return tuple(out) if out else None
 
 
 def _in_order(container: Any, first: str, second: str) -> bool:
@@ -411,8 +438,7 @@ def _template_ops(
         if type(metadata) is not dict or type(spec) is not dict or "affinity" in spec:
             return None
         old = metadata.get("labels", _ABSENT)
-        if float in map(type, [*template.values(), *metadata.values(), *spec.values(),
-                               *(old.values() if type(old) is dict else ())]):
+        if _holds_float(template, metadata, spec, old if type(old) is dict else ()):
             return None
         path = replica.template_path
         for key in template:
@@ -462,7 +488,7 @@ def _spec_ops(
         elif old is None:
             value = _new_tolerations([], wanted)
             placed["tolerations"] = [{"op": "replace", "path": f"{path}/tolerations", "value": value}]
-        elif type(old) is list and float not in map(type, old):
+        elif type(old) is list and not _holds_float(old):
             added = _new_tolerations(list(old), wanted)
             # NB: an empty item's op has an empty value, and such ops are dropped
             placed["tolerations"] = [{"op": "add", "path": f"{path}/tolerations/-", "value": t} for t in added if t]
@@ -516,7 +542,7 @@ def _new_tolerations(current: list[Any], wanted: Sequence[Mapping[str, Any]]) ->
     return added
 
 
-def _spread_op(old: Any, path: str, selector: Mapping[str, str]) -> PatchOp | dict[str, Any] | None:
+def _spread_op(old: Any, path: str, selector: Mapping[str, str]) -> PatchOp | None:
     """The op that adds the hostname spread as `_add_hostname_spread` does ({}: there; None: fall back)."""
     constraint = {
         "maxSkew": 1,
@@ -528,7 +554,7 @@ def _spread_op(old: Any, path: str, selector: Mapping[str, str]) -> PatchOp | di
         return {"op": "add", "path": path, "value": [constraint]}
     if old is None:
         return {"op": "replace", "path": path, "value": [constraint]}
-    if type(old) is not list or float in map(type, old):
+    if type(old) is not list or _holds_float(old):
         return None
     for c in old:
         if isinstance(c, Mapping) and (c.get("topologyKey"), c.get("whenUnsatisfiable")) == _HOSTNAME_SPREAD_KEY:

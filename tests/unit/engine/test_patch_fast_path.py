@@ -222,6 +222,57 @@ def test_a_toleration_with_empty_parts_is_copied_without_them(present: Any) -> N
     assert assert_same_as_general(raw, group, decision, BENCH_SETTINGS) is not None
 
 
+MASTER = "/spec/pytorchReplicaSpecs/Master/template"
+
+
+@pytest.mark.parametrize(
+    "pointers",
+    [
+        pytest.param((MASTER, MASTER), id="the same template twice"),
+        pytest.param((MASTER, "/spec/pytorchReplicaSpecs/Master"), id="one template inside another"),
+        pytest.param((MASTER, "/template"), id="under another root key"),
+        pytest.param((MASTER, "/spec/pytorchReplicaSpecs/W~2orker/template"), id="a superfluous escape"),
+        pytest.param(("spec/pytorchReplicaSpecs/Master/template", MASTER), id="not a pointer"),
+    ],
+)
+def test_pointers_the_diff_would_not_spell_so_take_the_general_path(pointers: tuple[str, str]) -> None:
+    raw = bench_like_job()
+    group = parse(raw)
+    raw["template"] = _master(raw)
+    specs = raw["spec"]["pytorchReplicaSpecs"]
+    specs["W~2orker"] = specs["Worker"]  # NB: the key `~2` unescapes to; spelled `W~02orker` by the diff
+    odd = dataclasses.replace(group, replicas=tuple(
+        dataclasses.replace(r, template_path=p) for r, p in zip(group.replicas, pointers, strict=True)
+    ))
+    assert patches._build_patch_fast(raw, odd, bench_decision(), BENCH_SETTINGS) is None
+    try:
+        assert_same_as_general(raw, odd, bench_decision(), BENCH_SETTINGS)
+    except ValueError as e:  # NB: the general path's own answer to a malformed pointer
+        assert "JSON pointer" in str(e)
+
+
+def test_a_template_under_the_job_metadata_takes_the_general_path() -> None:
+    """The diff would put its ops among the annotations' (here: before them, as `annotations` is new)."""
+    raw = kubeflow_job("JAXJob", {"Worker": {"template": {"metadata": {}, "spec": {}}}})
+    group = parse(raw)
+    raw["metadata"]["pod"] = raw["spec"].pop("jaxReplicaSpecs")["Worker"]["template"]
+    odd = dataclasses.replace(group, replicas=(dataclasses.replace(group.replicas[0], template_path="/metadata/pod"),))
+    assert patches._build_patch_fast(raw, odd, bench_decision(), BENCH_SETTINGS) is None
+    assert_same_as_general(raw, odd, bench_decision(), BENCH_SETTINGS)
+
+
+def test_a_jobset_index_with_a_leading_zero_takes_the_general_path() -> None:
+    raw = jobset(rjob("driver", {"metadata": {}, "spec": {}}), rjob("workers", {"metadata": {}, "spec": {}}))
+    group = parse(raw)
+    zero = dataclasses.replace(group, replicas=(
+        dataclasses.replace(group.replicas[0], template_path="/spec/replicatedJobs/00/template/spec/template"),
+        group.replicas[1],
+    ))
+    assert patches._build_patch_fast(raw, zero, bench_decision(), BENCH_SETTINGS) is None
+    assert patches._build_patch_fast(raw, group, bench_decision(), BENCH_SETTINGS) is not None
+    assert_same_as_general(raw, zero, bench_decision(), BENCH_SETTINGS)
+
+
 def test_a_trainjob_with_its_entry_in_place_takes_the_fast_path() -> None:
     template = {"metadata": {"labels": {"a": "b"}}, "spec": {"tolerations": None}}
     raw = trainjob(patches=[runtime_patch(labels.MANAGER_NAME, {"node": template})], numNodes=2)
