@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from app import jobs
 from app.config import Settings
-from app.engine import patches
+from app.engine import patch_rules, patches
 from app.models import labels
 from app.models.decision import Decision
 from app.models.job import JobGroup
@@ -102,7 +102,9 @@ def reference_build_patch(
         return []
     edited: dict[str, Any] = json.loads(json.dumps(raw_job))  # NB: no shared objects, unlike copy.deepcopy
     jobs.prepare_templates(edited, group)
-    selector = {GROUP: patches.group_label_value(raw_job, group)} if patches._needs_group_label(group, config) else {}
+    selector = (
+        {GROUP: patches.group_label_value(raw_job, group)} if patch_rules.needs_group_label(group, config) else {}
+    )
     for replica in group.replicas:
         template = patches.resolve_pointer(edited, replica.template_path)
         patches._edit_template(
@@ -111,7 +113,7 @@ def reference_build_patch(
             decision,
             config,
             selector,
-            spread=patches._spreads(group, config),
+            spread=patch_rules.spreads(group, config),
             where=replica.template_path,
         )
     annotations = patches._child_map(patches._child_map(edited, "metadata", ""), "annotations", "/metadata")

@@ -1,6 +1,7 @@
-"""build_patch's fast path (ops emitted directly) gives exactly the general path's ops, or steps aside.
+"""build_patch's fast path (`patch_ops.build_patch_fast`, ops emitted directly) gives exactly the general
+path's ops, or steps aside.
 
-The general path (`_build_patch_general`: copy-on-write copy, edits, diff) is the reference; it is
+The general path (`patches._build_patch_general`: copy-on-write copy, edits, diff) is the reference; it is
 itself held to a deep-copy reference in test_patch_equivalence.py. For a job written the usual way
 the fast path must be taken and give the same ops, values and order (compared as JSON text, so 1
 and true or 1.0 differ); for anything else it must return None, and build_patch must still answer
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from app import jobs
 from app.config import Settings
-from app.engine import patches
+from app.engine import patch_ops, patches
 from app.models import labels
 from app.models.decision import Decision
 from app.models.job import JobGroup
@@ -51,7 +52,7 @@ def outcome(
 
 
 def fast_outcome(raw: Mapping[str, Any], group: JobGroup, decision: Decision, config: Settings) -> str | None:
-    ops = patches._build_patch_fast(raw, group, decision, config)
+    ops = patch_ops.build_patch_fast(raw, group, decision, config)
     return None if ops is None else json.dumps(ops)
 
 
@@ -131,7 +132,7 @@ def test_the_bench_like_job_takes_the_fast_path_with_the_general_paths_ops() -> 
         {"op": "add", "path": f"{worker}/metadata/labels/zone", "value": "zone-a"},
         {"op": "add", "path": f"{worker}/spec/affinity", "value": pin},
     ]
-    assert patches._build_patch_fast(raw, group, bench_decision(), BENCH_SETTINGS) == want
+    assert patch_ops.build_patch_fast(raw, group, bench_decision(), BENCH_SETTINGS) == want
     assert patches._build_patch_general(raw, group, bench_decision(), BENCH_SETTINGS) == want
     assert patches.build_patch(raw, group, bench_decision(), BENCH_SETTINGS) == want
 
@@ -144,12 +145,12 @@ def test_the_fast_paths_values_are_its_own() -> None:
     decision = dataclasses.replace(bench_decision(), tolerations=both)
     config = Settings(mode="colocate", spread_within_zone="hostname")
     before = json.dumps([raw, dataclasses.asdict(decision)], default=dict)
-    ops = patches._build_patch_fast(raw, group, decision, config)
+    ops = patch_ops.build_patch_fast(raw, group, decision, config)
     assert ops is not None
     for op in ops:
         equivalence._mark(op["value"])
     assert json.dumps([raw, dataclasses.asdict(decision)], default=dict) == before
-    assert patches._build_patch_fast(raw, group, decision, config) == patches._build_patch_general(
+    assert patch_ops.build_patch_fast(raw, group, decision, config) == patches._build_patch_general(
         raw, group, decision, config
     )
 
@@ -197,7 +198,7 @@ def test_unusual_jobs_take_the_general_path(edit: Callable[[dict[str, Any]], Any
     raw = _with(bench_like_job(), edit)
     group = parse(bench_like_job())  # NB: some edits make the job unparsable; the group is only read
     decision = dataclasses.replace(bench_decision(), tolerations={"Master": (GPU_TOLERATION,)})
-    assert patches._build_patch_fast(raw, group, decision, config) is None
+    assert patch_ops.build_patch_fast(raw, group, decision, config) is None
     assert_same_as_general(raw, group, decision, config)
 
 
@@ -205,7 +206,7 @@ def test_templates_out_of_document_order_take_the_general_path() -> None:
     raw = bench_like_job()
     group = parse(raw)
     backwards = dataclasses.replace(group, replicas=group.replicas[::-1])
-    assert patches._build_patch_fast(raw, backwards, bench_decision(), BENCH_SETTINGS) is None
+    assert patch_ops.build_patch_fast(raw, backwards, bench_decision(), BENCH_SETTINGS) is None
     assert assert_same_as_general(raw, group, bench_decision(), BENCH_SETTINGS) is not None
     assert_same_as_general(raw, backwards, bench_decision(), BENCH_SETTINGS)
 
@@ -244,7 +245,7 @@ def test_pointers_the_diff_would_not_spell_so_take_the_general_path(pointers: tu
     odd = dataclasses.replace(group, replicas=tuple(
         dataclasses.replace(r, template_path=p) for r, p in zip(group.replicas, pointers, strict=True)
     ))
-    assert patches._build_patch_fast(raw, odd, bench_decision(), BENCH_SETTINGS) is None
+    assert patch_ops.build_patch_fast(raw, odd, bench_decision(), BENCH_SETTINGS) is None
     try:
         assert_same_as_general(raw, odd, bench_decision(), BENCH_SETTINGS)
     except ValueError as e:  # NB: the general path's own answer to a malformed pointer
@@ -257,7 +258,7 @@ def test_a_template_under_the_job_metadata_takes_the_general_path() -> None:
     group = parse(raw)
     raw["metadata"]["pod"] = raw["spec"].pop("jaxReplicaSpecs")["Worker"]["template"]
     odd = dataclasses.replace(group, replicas=(dataclasses.replace(group.replicas[0], template_path="/metadata/pod"),))
-    assert patches._build_patch_fast(raw, odd, bench_decision(), BENCH_SETTINGS) is None
+    assert patch_ops.build_patch_fast(raw, odd, bench_decision(), BENCH_SETTINGS) is None
     assert_same_as_general(raw, odd, bench_decision(), BENCH_SETTINGS)
 
 
@@ -268,8 +269,8 @@ def test_a_jobset_index_with_a_leading_zero_takes_the_general_path() -> None:
         dataclasses.replace(group.replicas[0], template_path="/spec/replicatedJobs/00/template/spec/template"),
         group.replicas[1],
     ))
-    assert patches._build_patch_fast(raw, zero, bench_decision(), BENCH_SETTINGS) is None
-    assert patches._build_patch_fast(raw, group, bench_decision(), BENCH_SETTINGS) is not None
+    assert patch_ops.build_patch_fast(raw, zero, bench_decision(), BENCH_SETTINGS) is None
+    assert patch_ops.build_patch_fast(raw, group, bench_decision(), BENCH_SETTINGS) is not None
     assert_same_as_general(raw, zero, bench_decision(), BENCH_SETTINGS)
 
 
