@@ -444,9 +444,8 @@ async def job_zone_map(request: Request, state: StateDep) -> Response:
         if (request.headers.get("content-type") or "").split(";")[0].strip().lower() != "application/json":
             raise _HTTPProblem(415, "Content-Type must be application/json")
         try:
-            async with asyncio.timeout(state.settings.request_deadline_seconds):
-                body = await _read_body(request.receive, state.settings.max_body_bytes)
-        except TimeoutError:
+            body = await state.body_deadlines.read(_read_body(request.receive, state.settings.max_body_bytes))
+        except BodyDeadlineExceeded:
             raise _HTTPProblem(408, "the request body did not arrive within the deadline") from None
         try:
             raw = orjson.loads(body)

@@ -426,6 +426,20 @@ def test_stalled_body_is_refused_at_the_deadline(
     assert b"connection: close" in head.lower()
 
 
+def test_stalled_job_map_body_is_refused_at_the_deadline(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot
+) -> None:
+    server = serve(create_app(Settings(request_deadline_seconds=0.2), StaticStore(lab_snapshot)))
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        client_context(server_pair).wrap_socket(raw, server_hostname="localhost") as conn,
+    ):
+        conn.sendall(b"POST /map HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"apiVersion\":")  # ... and nothing more
+        head = conn.recv(4096)  # a server without a body deadline would leave this waiting
+    assert head.startswith(b"HTTP/1.1 408")
+
+
 class CountingExecutor(ThreadPoolExecutor):
     """The decision pool, counting what is sent to it."""
 
