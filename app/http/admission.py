@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 from pydantic import ValidationError
@@ -48,6 +48,7 @@ from app.engine import patches
 from app.http import responses
 from app.models import labels
 from app.models.admission import API_VERSION, KIND, AdmissionRequest, RequestKind, ReviewRequest
+from app.models.admission import Operation as RequestOperation  # the operations a request may name
 from app.models.cluster import Snapshot
 from app.models.decision import Decision
 from app.models.job import JobGroup
@@ -129,7 +130,7 @@ def _validated_request(raw: Mapping[str, Any]) -> ReviewRequest:
 _PYTHON_NAMES = frozenset(
     name for name, field in AdmissionRequest.model_fields.items() if field.alias and field.alias != name
 )
-_OPERATIONS = frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT"))
+_OPERATIONS = frozenset(get_args(RequestOperation))
 
 
 def _plain_request(raw: Mapping[str, Any]) -> ReviewRequest | None:
