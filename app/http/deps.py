@@ -16,12 +16,14 @@ from app.cache.store import Store, SyncStatus
 from app.config import Settings
 from app.http.deadlines import BodyDeadlines
 from app.metrics import Metrics
-from app.models.cluster import Snapshot
+from app.models.cluster import BoundedMemo, Snapshot
 from app.models.decision import Decision
 
 # What a request decides on while the cache has not synced: nothing. answer() refuses (or warns) on
 # the cache problem before it looks at the snapshot, so an empty one is never used to place a job.
 EMPTY_SNAPSHOT = Snapshot(revision="unsynced")
+# Decisions whose metric facts are kept (AppState.decision_metrics); the oldest goes first.
+DECISION_METRICS_KEPT = 1024
 
 
 @dataclass
@@ -35,7 +37,9 @@ class AppState:
     draining: bool = False  # SIGTERM seen: answer with `Connection: close`, report not ready
     last_full_gc: float = float("-inf")  # monotonic time of the last full collection (app.settle_heap)
     # What the metrics take from a decision, per decision object (routes.decision_metrics).
-    decision_metrics: dict[int, tuple[Decision, dict[str, int], dict[str, int]]] = field(default_factory=dict)
+    decision_metrics: BoundedMemo[int, tuple[Decision, dict[str, int], dict[str, int]]] = field(
+        default_factory=lambda: BoundedMemo(DECISION_METRICS_KEPT)
+    )
     body_deadlines: BodyDeadlines = field(init=False)
 
     def __post_init__(self) -> None:

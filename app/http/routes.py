@@ -152,10 +152,6 @@ def _blocked_flows(decision: Decision | None) -> dict[str, int]:
     return {r.zone: sum(1 for f in r.flows if f.verdict.verdict == "deny") for r in decision.zones}
 
 
-# Decisions whose metric facts are kept (AppState.decision_metrics); beyond it the table starts over.
-DECISION_METRICS_KEPT = 1024
-
-
 def decision_metrics(state: AppState, decision: Decision) -> tuple[dict[str, int], dict[str, int]]:
     """(`_reason_counts`, `_blocked_flows`) of `decision`, worked out once per decision object.
 
@@ -167,9 +163,7 @@ def decision_metrics(state: AppState, decision: Decision) -> tuple[dict[str, int
     if entry is not None and entry[0] is decision:
         return entry[1], entry[2]
     facts = _reason_counts(decision), _blocked_flows(decision)
-    if len(kept) >= DECISION_METRICS_KEPT:
-        kept.clear()
-    kept[id(decision)] = (decision, *facts)
+    kept.put(id(decision), (decision, *facts))
     return facts
 
 

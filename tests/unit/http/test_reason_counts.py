@@ -20,6 +20,7 @@ from app.config import Settings, load_settings
 from app.http import admission, routes
 from app.http.deps import AppState
 from app.metrics import REASON_CLASSES, Metrics
+from app.models.cluster import BoundedMemo
 from app.models.decision import Decision
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -93,9 +94,9 @@ def test_decision_metrics_are_worked_out_once_per_decision_object() -> None:
     assert len(state.decision_metrics) == 3
 
 
-def test_decision_metrics_start_over_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(routes, "DECISION_METRICS_KEPT", 2)
+def test_decision_metrics_stay_bounded() -> None:
     state = AppState(settings=Settings(), store=StaticStore(LAB), metrics=Metrics(), executor=None)
+    state.decision_metrics = BoundedMemo(2)
     decisions = [Decision(False, None, (), (f"reason {i}",), split=True) for i in range(5)]
     for d in decisions:
         assert routes.decision_metrics(state, d) == ({"split": 1}, {})
