@@ -216,7 +216,7 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
         namespace=meta.namespace,
         replicas=tuple(replicas),
         coordinator=coordinator.key,
-        flows=tuple(_build_flows(replicas, ports, coordinator.key, framework, rendezvous)),
+        flows=tuple(build_flows(replicas, ports, coordinator.key, framework, rendezvous)),
         group_selector=group_selector,
         annotations=meta.annotations,
     )
@@ -300,7 +300,7 @@ def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[F
     return None
 
 
-class _Rendezvous(NamedTuple):
+class Rendezvous(NamedTuple):
     """PyTorch elastic overrides (§2.1): `rdzvPort` replaces the Worker's port; a `rdzvHost`
     (e.g. an etcd service) moves the rendezvous out of the job, so no pod of it is dialled."""
 
@@ -308,18 +308,18 @@ class _Rendezvous(NamedTuple):
     external: bool = False
 
 
-_NO_RENDEZVOUS = _Rendezvous()
+NO_RENDEZVOUS = Rendezvous()
 
 
-def _read_rendezvous(spec: Mapping[str, Any], framework: Framework, errors: list[FieldError]) -> _Rendezvous:
+def _read_rendezvous(spec: Mapping[str, Any], framework: Framework, errors: list[FieldError]) -> Rendezvous:
     if framework.kind != "PyTorchJob" or spec.get("elasticPolicy") is None:
-        return _NO_RENDEZVOUS
+        return NO_RENDEZVOUS
     policy = read_mapping(spec.get("elasticPolicy"), "spec.elasticPolicy", errors)
     port = None
     if policy.get("rdzvPort") is not None:
         port = read_int(policy.get("rdzvPort"), "spec.elasticPolicy.rdzvPort", errors, default=0, minimum=1) or None
     host = read_str(policy.get("rdzvHost"), "spec.elasticPolicy.rdzvHost", errors)
-    return _Rendezvous(port, bool(host))
+    return Rendezvous(port, bool(host))
 
 
 def _operator_labels(framework: Framework, meta: JobMeta) -> dict[str, str]:
@@ -416,12 +416,12 @@ def framework_ports(facts: PodFacts, framework: Framework) -> tuple[tuple[Contai
     return ports, framework.default_port
 
 
-def _build_flows(
+def build_flows(
     replicas: Sequence[Replica],
     ports: Mapping[str, int],
     coordinator: str,
     framework: Framework,
-    rendezvous: _Rendezvous,
+    rendezvous: Rendezvous,
 ) -> list[Flow]:
     members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas]
     if not flows.has_peer(members):

@@ -4,7 +4,7 @@
 path. Nearly every job the webhook sees is well formed and written with exact JSON types; for
 those, `read_plain` builds the same `JobGroup` in one pass: no field paths, no error list, no
 records between the template and the `Replica`, the frozen records filled in by `build_record`,
-and the flows worked out once per shape of job rather than through `flows.Member` lists. Whatever
+and the flows built (by `kubeflow.build_flows`, the same code) once per shape of job. Whatever
 it does not recognise as plain (a value of another type or out of range, a value the operator
 rejects, a missing coordinator, initContainers, ...) it leaves to `kubeflow.parse`, which reports
 the errors or reads the unusual fields. tests/unit/jobs/test_kubeflow_plain.py holds the two to
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from app.jobs import flows, kubeflow
+from app.jobs import kubeflow
 from app.jobs.kubeflow import Framework
 from app.jobs.pointers import escape_json_pointer
 from app.jobs.records import build_record
@@ -27,7 +27,6 @@ from app.jobs.templates import EMPTY_FACTS, PodFacts, read_plain_pod_template, r
 from app.models import labels as L
 from app.models.cluster import BoundedMemo
 from app.models.job import Flow, JobGroup, Replica
-from app.models.network import ALL_PORTS, PortRange
 
 # One replica spec as read: (key as written, canonical type, pod count, template, template facts).
 _PlainSpec = tuple[str, str, int, "dict[str, Any] | None", PodFacts]
@@ -89,7 +88,7 @@ def read_plain(raw: Any, framework: Framework, gpu_resources: Sequence[str], nam
             "namespace": meta[1],
             "replicas": tuple(replicas),
             "coordinator": coordinator,
-            "flows": _flows(tuple(members), coordinator, framework, rendezvous),
+            "flows": _flows(tuple(members), coordinator, framework, rendezvous, replicas),
             "group_selector": group_selector,
             "annotations": meta[2],
             "supports_spread": True,
@@ -149,21 +148,19 @@ def _read_plain_specs(replica_map: Any, framework: Framework, gpu_resources: Seq
     return out
 
 
-def _read_plain_rendezvous(spec: dict[str, Any], framework: Framework) -> tuple[int, bool] | None:
-    """(rdzvPort or 0, whether rdzvHost moves the rendezvous out of the job); None if not plain."""
+def _read_plain_rendezvous(spec: dict[str, Any], framework: Framework) -> kubeflow.Rendezvous | None:
+    """The rendezvous `kubeflow._read_rendezvous` reads; None if not plain."""
     policy = spec.get("elasticPolicy")
     if framework.kind != "PyTorchJob" or policy is None:
-        return 0, False
+        return kubeflow.NO_RENDEZVOUS
     if type(policy) is not dict:
         return None
     port, host = policy.get("rdzvPort"), policy.get("rdzvHost")
-    if port is None:
-        port = 0
-    elif type(port) is not int or port < 1:
+    if port is not None and (type(port) is not int or port < 1):
         return None
     if host is not None and type(host) is not str:
         return None
-    return port, bool(host)
+    return kubeflow.Rendezvous(port, bool(host))
 
 
 def _choose_coordinator(specs: list[_PlainSpec], framework: Framework) -> str | None:
@@ -241,59 +238,19 @@ def _explicit_account(template: dict[str, Any]) -> bool:
     return bool(spec.get("serviceAccountName")) if type(spec) is dict else False
 
 
-def _flows(members: _Members, coordinator: str, framework: Framework, rendezvous: tuple[int, bool]) -> tuple[Flow, ...]:
-    """The group's flows, built once per shape of job (`_FLOWS`)."""
+def _flows(
+    members: _Members, coordinator: str, framework: Framework, rendezvous: kubeflow.Rendezvous,
+    replicas: Sequence[Replica],
+) -> tuple[Flow, ...]:
+    """The group's flows, built by `kubeflow.build_flows` once per shape of job (`_FLOWS`).
+
+    The shape (`members`) holds what the flows depend on: which replicas have no pod, one, or two
+    and more (flows.py pairs a replica with itself only then), ask for GPUs, and their ports.
+    """
     key = (framework.shape, framework.port_name, coordinator, rendezvous, members)
     found = _FLOWS.get(key)
     if found is None:
-        found = _build_flows(members, coordinator, framework, rendezvous)
+        ports = {m[0]: m[3] for m in members}
+        found = tuple(kubeflow.build_flows(replicas, ports, coordinator, framework, rendezvous))
         _FLOWS.put(key, found)
     return found
-
-
-def _build_flows(
-    members: _Members, coordinator: str, framework: Framework, rendezvous: tuple[int, bool]
-) -> tuple[Flow, ...]:
-    """`kubeflow._build_flows`: the same flows in the same order.
-
-    A replica with no pods takes part in nothing; a replica flows to itself only when it has two
-    or more pods (flows.py).
-    """
-    active = [m for m in members if m[1] > 0]
-    if sum([m[1] for m in active]) <= 1:
-        return ()
-    out: list[Flow] = []
-    shape = framework.shape
-    if shape == "rendezvous":
-        port, external = rendezvous
-        if not external:
-            port_name = "" if port else framework.port_name
-            port_range = PortRange.single(port or next(m[3] for m in members if m[0] == coordinator))
-            out += [
-                Flow(key, coordinator, port_range, "TCP", "rendezvous", port_name)
-                for key, pods, _, _ in active
-                if key != coordinator or pods > 1
-            ]
-    elif shape == "all-to-all":
-        out += [
-            Flow(src[0], dst[0], PortRange.single(dst[3]), "TCP", "all-to-all", framework.port_name)
-            for src in active
-            for dst in active
-            if src[0] != dst[0] or dst[1] > 1
-        ]
-    elif shape == "mpi-ssh":
-        ssh = PortRange.single(flows.SSH_PORT)
-        out += [Flow(coordinator, m[0], ssh, "TCP", "launcher", "") for m in active if m[0] != coordinator]
-    # flows.build_collective: the GPU replicas and the coordinator, else every replica when the
-    # framework's CPU collectives open their own sockets (all but all-to-all TensorFlow).
-    if any([m[2] for m in active]):
-        active = [m for m in active if m[2] or m[0] == coordinator]
-    elif shape == "all-to-all":
-        return tuple(out)
-    out += [
-        Flow(src[0], dst[0], ALL_PORTS, "TCP", "collective", "")
-        for src in active
-        for dst in active
-        if src[0] != dst[0] or dst[1] > 1
-    ]
-    return tuple(out)
