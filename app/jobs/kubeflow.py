@@ -341,56 +341,87 @@ def _build_replica(
 ) -> Replica:
     """`operator_labels` are the job's own (`_operator_labels`); `ports` those of `framework_ports`."""
     is_coordinator = s.key == coordinator.key
-    role = s.key.lower()
-    labels = dict(operator_labels)
-    leader: dict[str, str] = {}
-    index_label = L.KF_REPLICA_INDEX
+    role = replica_role(framework, s.key, s.canonical, meta.name, operator_labels, template=s.template,
+                        service_account=s.facts.service_account, is_coordinator=is_coordinator,
+                        launcher_is_worker=launcher_is_worker)
     facts = s.facts
-    if framework.api_version == "kubeflow.org/v2beta1":
-        labels[L.KF_JOB_ROLE] = s.canonical.lower()  # launcher | worker, on every pod
-        if s.canonical == "Launcher":
-            index_label = ""
-            labels.update(_launcher_labels(meta))
-            if launcher_is_worker:
-                labels[L.KF_REPLICA_INDEX] = "0"
-    else:
-        labels[L.KF_REPLICA_TYPE] = role
-        if is_coordinator and s.canonical in framework.job_role_types:
-            leader[L.KF_JOB_ROLE] = "master"
-        if s.canonical == "Launcher":
-            index_label = ""  # the v1 launcher pod has no replica-index label (§2.3)
-            facts = _v1_launcher_account(s, meta)
+    if role.service_account != facts.service_account:
+        facts = facts._replace(service_account=role.service_account)
     return make_replica(
         key=s.key,
-        role=role,
+        role=s.key.lower(),
         count=s.replicas,
         template_path=f"{framework.map_pointer}/{escape_json_pointer(s.key)}/template",
         template=s.template,
         facts=facts,
-        operator_labels=labels,
-        index_label=index_label,
+        operator_labels=role.labels,
+        index_label=role.index_label,
         is_coordinator=is_coordinator,
-        leader_labels=leader,
+        leader_labels=role.leader,
         ports=ports,
     )
 
 
-def _v1_launcher_account(s: _Spec, meta: JobMeta) -> PodFacts:
+class ReplicaRole(NamedTuple):
+    """What the operator adds to the pods of one replica type (`replica_role`)."""
+
+    labels: dict[str, str]  # on every pod: the job's own labels plus the role's
+    leader: dict[str, str]  # on pod 0 only
+    index_label: str  # the label that differs per pod index ("" when none)
+    service_account: str  # the one the pods run as
+
+
+def replica_role(
+    framework: Framework,
+    key: str,
+    canonical: str,
+    name: str,
+    operator_labels: Mapping[str, str],
+    *,
+    template: Any,
+    service_account: str,
+    is_coordinator: bool,
+    launcher_is_worker: bool,
+) -> ReplicaRole:
+    """The operator's labels, index label and service account for the replica `key` (of type `canonical`)
+    of job `name`; `operator_labels` are the job's own (`_operator_labels`), `service_account` the
+    template's. The field reader and the plain path (kubeflow_plain) both build replicas from this."""
+    labels = dict(operator_labels)
+    leader: dict[str, str] = {}
+    index_label = L.KF_REPLICA_INDEX
+    if framework.api_version == "kubeflow.org/v2beta1":
+        labels[L.KF_JOB_ROLE] = canonical.lower()  # launcher | worker, on every pod
+        if canonical == "Launcher":
+            index_label = ""
+            labels.update(_launcher_labels(name))
+            if launcher_is_worker:
+                labels[L.KF_REPLICA_INDEX] = "0"
+    else:
+        labels[L.KF_REPLICA_TYPE] = key.lower()
+        if is_coordinator and canonical in framework.job_role_types:
+            leader[L.KF_JOB_ROLE] = "master"
+        if canonical == "Launcher":
+            index_label = ""  # the v1 launcher pod has no replica-index label (§2.3)
+            service_account = _v1_launcher_account(template, name, service_account)
+    return ReplicaRole(labels, leader, index_label, service_account)
+
+
+def _v1_launcher_account(template: Any, name: str, service_account: str) -> str:
     """training-operator runs the MPI launcher as ServiceAccount `<job>-launcher` (the one its
     Role lets `kubectl exec` into workers) unless the template names one (§2.3; mpijob_controller
     `newLauncher` sets it only when `serviceAccountName` is empty)."""
-    spec = s.template.get("spec") if isinstance(s.template, Mapping) else None
+    spec = template.get("spec") if isinstance(template, Mapping) else None
     explicit = spec.get("serviceAccountName") if isinstance(spec, Mapping) else None
-    if explicit or not meta.name:
-        return s.facts
-    return s.facts._replace(service_account=f"{meta.name}-launcher")
+    if explicit or not name:
+        return service_account
+    return f"{name}-launcher"
 
 
-def _launcher_labels(meta: JobMeta) -> dict[str, str]:
+def _launcher_labels(name: str) -> dict[str, str]:
     """The batch Job controller's labels on the v2beta1 launcher pod (Job `<job>-launcher`)."""
-    if not meta.name:
+    if not name:
         return {}
-    job = f"{meta.name}-launcher"
+    job = f"{name}-launcher"
     return {BATCH_JOB_NAME_LABEL: job, LEGACY_JOB_NAME_LABEL: job}
 
 

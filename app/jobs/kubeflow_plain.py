@@ -185,57 +185,33 @@ def _build_replica(
     """(the replica, its framework port), as `kubeflow._build_replica` and `make_replica` make them."""
     key, canonical, count, template, facts = spec
     is_coordinator = key == coordinator
-    role = key.lower()
     pod_ports, framework_port = kubeflow.framework_ports(facts, framework)
-    labels = {**facts.labels, **group_selector}  # operator labels win over the template's
-    leader: dict[str, str] = {}
-    index_label = L.KF_REPLICA_INDEX
-    service_account = facts.service_account
-    if framework.api_version == "kubeflow.org/v2beta1":
-        labels[L.KF_JOB_ROLE] = canonical.lower()
-        if canonical == "Launcher":
-            index_label = ""
-            if name:  # the batch Job controller's labels (kubeflow._launcher_labels)
-                labels[L.BATCH_JOB_NAME_LABEL] = f"{name}-launcher"
-                labels[L.LEGACY_JOB_NAME_LABEL] = f"{name}-launcher"
-            if launcher_is_worker:
-                labels[L.KF_REPLICA_INDEX] = "0"
-    else:
-        labels[L.KF_REPLICA_TYPE] = role
-        if is_coordinator and canonical in framework.job_role_types:
-            leader[L.KF_JOB_ROLE] = "master"
-        if canonical == "Launcher":
-            index_label = ""
-            # kubeflow._v1_launcher_account: `<job>-launcher` unless the template names an account.
-            if name and not (template is not None and _explicit_account(template)):
-                service_account = f"{name}-launcher"
+    role = kubeflow.replica_role(framework, key, canonical, name, group_selector, template=template,
+                                 service_account=facts.service_account, is_coordinator=is_coordinator,
+                                 launcher_is_worker=launcher_is_worker)
+    labels = {**facts.labels, **role.labels}  # operator labels win over the template's (make_replica)
     if count == 1:
-        labels.update(leader)
+        labels.update(role.leader)
     replica = build_record(
         Replica,
         {
             "key": key,
-            "role": role,
+            "role": key.lower(),
             "count": count,
             "template_path": f"{framework.map_pointer}/{escape_json_pointer(key)}/template",
             "template": template if template is not None else {},
             "pod_labels": labels,
-            "index_label": index_label,
+            "index_label": role.index_label,
             "gpus": dict(facts.gpus),
             "ports": pod_ports,
-            "service_account": service_account,
+            "service_account": role.service_account,
             "host_network": facts.host_network,
             "placement": facts.placement,
             "is_coordinator": is_coordinator,
-            "leader_labels": leader,
+            "leader_labels": role.leader,
         },
     )
     return replica, framework_port
-
-
-def _explicit_account(template: dict[str, Any]) -> bool:
-    spec = template.get("spec")
-    return bool(spec.get("serviceAccountName")) if type(spec) is dict else False
 
 
 def _flows(
