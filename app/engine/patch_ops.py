@@ -35,8 +35,12 @@ from app.engine.patch_rules import (
     already_tolerated,
     copy_pruned,
     group_label_value,
+    hostname_spread,
+    is_hostname_spread,
     needs_group_label,
+    pod_affinity_term,
     spreads,
+    zone_requirement,
 )
 
 # RFC 6901 escaping is shared with the adapters, which build the template pointers.
@@ -48,7 +52,6 @@ from app.models.job import JobGroup, Replica
 __all__ = ["build_patch_fast"]
 
 _DICT = frozenset({dict})
-_HOSTNAME_SPREAD_KEY = (labels.HOSTNAME_LABEL, "ScheduleAnyway")  # the key of the spread list's entries
 
 
 def build_patch_fast(
@@ -338,11 +341,10 @@ def _new_affinity(
             if pinned is not None and type(pinned) is not str:
                 return None  # NB: `patches._require_zone` looks it up in a set, where an unhashable one raises
         if pinned not in zones:
-            requirement = {"key": zone_label, "operator": "In", "values": list(zones)}
+            requirement = zone_requirement(zone_label, zones)
             out["nodeAffinity"] = {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}
     if colocate:
-        term = {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": zone_label}
-        out["podAffinity"] = {REQUIRED: [term]}
+        out["podAffinity"] = {REQUIRED: [pod_affinity_term(selector, zone_label)]}
     return out
 
 
@@ -359,19 +361,13 @@ def _new_tolerations(current: list[Any], wanted: Sequence[Mapping[str, Any]]) ->
 
 def _spread_op(old: Any, path: str, selector: Mapping[str, str]) -> PatchOp | None:
     """The op that adds the hostname spread as `patches._add_hostname_spread` does ({}: there; None: fall back)."""
-    constraint = {
-        "maxSkew": 1,
-        "topologyKey": labels.HOSTNAME_LABEL,
-        "whenUnsatisfiable": "ScheduleAnyway",
-        "labelSelector": {"matchLabels": dict(selector)},
-    }
+    constraint = hostname_spread(selector)
     if old is ABSENT:
         return {"op": "add", "path": path, "value": [constraint]}
     if old is None:
         return {"op": "replace", "path": path, "value": [constraint]}
     if type(old) is not list or _holds_float(old):
         return None
-    for c in old:
-        if isinstance(c, Mapping) and (c.get("topologyKey"), c.get("whenUnsatisfiable")) == _HOSTNAME_SPREAD_KEY:
-            return {}
+    if any(is_hostname_spread(c) for c in old):
+        return {}
     return {"op": "add", "path": f"{path}/-", "value": constraint}

@@ -1,5 +1,6 @@
-"""What both ways of building the JSON Patch share: the op type, which edits a job gets, when a
-toleration is already there, and the copy that op values are made of.
+"""What both ways of building the JSON Patch share: the op type, which edits a job gets, the shapes
+the edits add (zone requirement, podAffinity term, hostname spread), when a toleration or a spread
+is already there, and the copy that op values are made of.
 
 PURE: no I/O, no Kubernetes client. `patches` (the public entry and the general copy-and-diff path)
 and `patch_ops` (the fast path that writes the ops directly) must give the same ops, so what they
@@ -29,9 +30,13 @@ __all__ = [
     "already_tolerated",
     "copy_pruned",
     "group_label_value",
+    "hostname_spread",
+    "is_hostname_spread",
     "needs_group_label",
+    "pod_affinity_term",
     "spreads",
     "tolerates",
+    "zone_requirement",
 ]
 
 PatchOp = dict[str, Any]
@@ -121,3 +126,34 @@ def copy_pruned(value: Any) -> Any:
     if isinstance(value, Mapping | tuple):
         return copy_pruned(dict(value) if isinstance(value, Mapping) else list(value))
     return value
+
+
+# What the edits add, one shape for both paths (patches edits it in, patch_ops emits it as an op value).
+
+
+def zone_requirement(zone_label: str, zones: Sequence[str]) -> dict[str, Any]:
+    """The nodeSelectorTerm expression `zone_label In zones`."""
+    return {"key": zone_label, "operator": "In", "values": list(zones)}
+
+
+def pod_affinity_term(selector: Mapping[str, str], zone_label: str) -> dict[str, Any]:
+    """The required podAffinity term that keeps the group's pods (`selector`) in one zone."""
+    return {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": zone_label}
+
+
+def hostname_spread(selector: Mapping[str, str]) -> dict[str, Any]:
+    """The soft spread of the group's pods over the nodes of their zone."""
+    return {
+        "maxSkew": 1,
+        "topologyKey": labels.HOSTNAME_LABEL,
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": dict(selector)},
+    }
+
+
+def is_hostname_spread(constraint: Any) -> bool:
+    """Whether a topologySpreadConstraints entry has `hostname_spread`'s key: the CRDs key the list on
+    (topologyKey, whenUnsatisfiable) and reject a second entry with the same pair."""
+    return isinstance(constraint, Mapping) and (
+        constraint.get("topologyKey"), constraint.get("whenUnsatisfiable")
+    ) == (labels.HOSTNAME_LABEL, "ScheduleAnyway")

@@ -65,9 +65,13 @@ from app.engine.patch_rules import (
     already_tolerated,
     copy_pruned,
     group_label_value,
+    hostname_spread,
+    is_hostname_spread,
     needs_group_label,
+    pod_affinity_term,
     spreads,
     tolerates,
+    zone_requirement,
 )
 from app.engine.patch_rules import LABEL_VALUE_MAX_CHARS as LABEL_VALUE_MAX_CHARS  # NB: tests read it here
 
@@ -340,7 +344,7 @@ def _require_zone(spec: dict[str, Any], zone_label: str, zones: Sequence[str], *
     node_selector = spec.get("nodeSelector")
     if isinstance(node_selector, Mapping) and node_selector.get(zone_label) in allowed:
         return  # nodeSelector is ANDed with every term: the template is already confined
-    requirement = {"key": zone_label, "operator": "In", "values": list(zones)}
+    requirement = zone_requirement(zone_label, zones)
     affinity_path = f"{where}/affinity/nodeAffinity"
     node_affinity = _child_map(_child_map(spec, "affinity", where), "nodeAffinity", f"{where}/affinity")
     required = _child_map(node_affinity, REQUIRED, affinity_path)
@@ -370,7 +374,7 @@ def _require_pod_affinity(spec: dict[str, Any], zone_label: str, selector: Mappi
         match_labels = (term.get("labelSelector") or {}).get("matchLabels") or {}
         if isinstance(match_labels, Mapping) and all(match_labels.get(k) == v for k, v in selector.items()):
             return
-    terms.append({"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": zone_label})
+    terms.append(pod_affinity_term(selector, zone_label))
 
 
 def _add_tolerations(spec: dict[str, Any], wanted: Sequence[Mapping[str, Any]], *, where: str) -> None:
@@ -384,15 +388,5 @@ def _add_tolerations(spec: dict[str, Any], wanted: Sequence[Mapping[str, Any]], 
 
 def _add_hostname_spread(spec: dict[str, Any], selector: Mapping[str, str], *, where: str) -> None:
     constraints = _child_list(spec, "topologySpreadConstraints", where)
-    for c in constraints:
-        if isinstance(c, Mapping) and (c.get("topologyKey"), c.get("whenUnsatisfiable")) == (
-            labels.HOSTNAME_LABEL,
-            "ScheduleAnyway",
-        ):
-            return  # the list is keyed by this pair: a second entry would be rejected
-    constraints.append({
-        "maxSkew": 1,
-        "topologyKey": labels.HOSTNAME_LABEL,
-        "whenUnsatisfiable": "ScheduleAnyway",
-        "labelSelector": {"matchLabels": dict(selector)},
-    })
+    if not any(is_hostname_spread(c) for c in constraints):  # a second entry would be rejected
+        constraints.append(hostname_spread(selector))
