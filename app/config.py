@@ -23,6 +23,24 @@ class ConfigError(ValueError):
     """The config file, environment or flags hold an unusable value."""
 
 
+class Limits(BaseModel):
+    """The largest job a review considers (issue 18: a review's cost is bounded by these, not by the numbers a
+    user writes). Far above real jobs; a job past one is refused (422) naming the field and the limit, or admitted
+    unchanged with a warning under enforcement `warn`."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    # Pods of one replica type (PyTorchJob Worker.replicas; a JobSet replicatedJob's replicas x pods per Job).
+    pods_per_replica_type: int = Field(default=10_000, gt=0)
+    # Pods of the whole job, every replica type together.
+    pods_per_job: int = Field(default=10_000, gt=0)
+    # Replica types (kubeflow replica specs, JobSet replicatedJobs): flows grow with their square.
+    replica_types_per_job: int = Field(default=64, gt=0)
+    # Pod indices the cluster's policies name one by one (e.g. `replica-index In [0, 1, ... 999]`) that a job's
+    # pods carry: each is judged on its own, so the flows grow with the square of their number.
+    policy_index_values_per_job: int = Field(default=64, gt=0)
+
+
 class Settings(BaseModel):
     """Every topoguard setting (DESIGN.md "Contracts"). Keys are camelCase in files."""
 
@@ -40,6 +58,12 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(default=7 * 1024 * 1024, gt=0)
     request_deadline_seconds: float = Field(default=8.0, gt=0)
     cache_stale_seconds: float = Field(default=120.0, gt=0)
+    # Threads that compute decisions; each namespace may hold half of them (at least one).
+    decision_workers: int = Field(default=4, gt=0, le=64)
+    # Most memory one review may need once decoded (estimated from its bytes before decoding; 413 above). All
+    # reviews in flight together may hold decisionWorkers x this; the chart's memory limit is derived from it.
+    review_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("gpu_resources", mode="before")
     @classmethod
@@ -50,12 +74,38 @@ class Settings(BaseModel):
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """TOPOGUARD_ZONE_LABEL=... → {"zone_label": ...} for every known field."""
+    """TOPOGUARD_ZONE_LABEL=... → {"zone_label": ...} for every known field; a nested setting's fields by their
+    joined names (TOPOGUARD_LIMITS_PODS_PER_JOB=... → {"limits": {"pods_per_job": ...}})."""
     out: dict[str, Any] = {}
-    for name in Settings.model_fields:
-        value = environ.get(ENV_PREFIX + name.upper())
-        if value is not None:
-            out[name] = value
+    for name, info in Settings.model_fields.items():
+        nested = _nested_model(info)
+        if nested is None:
+            value = environ.get(ENV_PREFIX + name.upper())
+            if value is not None:
+                out[name] = value
+            continue
+        for sub in nested.model_fields:
+            value = environ.get(f"{ENV_PREFIX}{name.upper()}_{sub.upper()}")
+            if value is not None:
+                out.setdefault(name, {})[sub] = value
+    return out
+
+
+def _nested_model(info: Any) -> type[BaseModel] | None:
+    annotation = info.annotation
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _snake_keys(model: type[BaseModel], values: Mapping[Any, Any]) -> dict[str, Any]:
+    """A file's mapping with every known key in its field name (camelCase and snake_case are both accepted),
+    nested settings included; unknown keys are kept as written, for the schema to refuse by name."""
+    fields_by_alias: dict[str, str] = {to_camel(n): n for n in model.model_fields}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = fields_by_alias.get(str(key), str(key))
+        info = model.model_fields.get(name)
+        nested = _nested_model(info) if info is not None else None
+        out[name] = _snake_keys(nested, value) if nested is not None and isinstance(value, Mapping) else value
     return out
 
 
@@ -75,10 +125,11 @@ def load_settings(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping of settings, got {type(loaded).__name__}")
         # Accept camelCase (documented) and snake_case keys.
-        fields_by_alias: dict[str, str] = {to_camel(n): n for n in Settings.model_fields}
-        for key, value in loaded.items():
-            data[fields_by_alias.get(str(key), str(key))] = value
-    data.update(_env_overrides(os.environ if environ is None else environ))
+        data = _snake_keys(Settings, loaded)
+    for name, value in _env_overrides(os.environ if environ is None else environ).items():
+        if isinstance(value, dict) and isinstance(data.get(name), Mapping):
+            value = {**data[name], **value}  # a nested setting's file keys stay unless overridden one by one
+        data[name] = value
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return Settings.model_validate(data)

@@ -22,7 +22,9 @@ REVIEW_DURATION_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 
 # Every value of `topoguard_reviews_total{outcome}`: the admission pipeline's outcomes
 # (app.http.admission.OutcomeName), then the two only the server answers with (app.http.routes).
-REVIEW_OUTCOMES = ("patched", "unchanged", "denied", "warned", "skipped", "error", "bad-request", "timeout")
+REVIEW_OUTCOMES = ("patched", "unchanged", "denied", "warned", "skipped", "error", "bad-request", "timeout", "shed")
+# Every value of `topoguard_reviews_shed_total{reason}` (app.http.workers.ShedReason, plus the memory budget's).
+SHED_REASONS = ("namespace-share", "no-worker", "memory")
 # Every value of `topoguard_decision_reasons_total{reason}` (app.http.routes classifies): per zone
 # that could not take a job, capacity / network-deny / network-unknown, or placement when neither
 # applies; once per refused job, split when its replicas share no zone or could run split across zones.
@@ -62,6 +64,16 @@ class Metrics:
         self.zone_blocked_flows = Gauge(
             f"{PREFIX}_zone_blocked_flows", "Required flows denied in the zone by the last decision that checked it.",
             ["zone"], registry=r,
+        )
+        self.reviews_shed = Counter(
+            f"{PREFIX}_reviews_shed_total",
+            "Reviews answered without a decision because no worker (or memory) was free for them in time, "
+            f"by reason ({', '.join(SHED_REASONS)}).",
+            ["reason"], registry=r,
+        )
+        self.workers_stuck = Gauge(
+            f"{PREFIX}_workers_stuck", "Review tasks running far past the deadline (/healthz fails while > 0).",
+            registry=r,
         )
         self.cert_expiry = Gauge(
             f"{PREFIX}_tls_certificate_expiry_timestamp_seconds", "notAfter of the serving certificate.", registry=r,
@@ -118,6 +130,9 @@ class Metrics:
             series.set(count)
             if zone in self._zone_blocked_flows:
                 self._blocked_last[zone] = count
+
+    def record_shed(self, reason: str) -> None:
+        self.reviews_shed.labels(reason=reason).inc()
 
     def record_certificate(self, not_after: float) -> None:
         self.cert_expiry.set(not_after)

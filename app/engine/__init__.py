@@ -4,13 +4,18 @@ Never does I/O and never sees the live cache: callers pass one immutable `Snapsh
 Must not import kubernetes, fastapi, starlette, uvicorn or prometheus_client (import-linter).
 """
 
+from app.engine.budget import Deadline, DeadlineExceeded, within
 from app.engine.cached import Pending, decide, pending, validate
 from app.engine.decide import decide_fresh, prepare
+from app.engine.flows import IndexValuesLimitError
 from app.engine.memo import JOB_PLACEHOLDER, render, render_json
 from app.engine.validation import validate_fresh
 
 __all__ = [
     "JOB_PLACEHOLDER",
+    "Deadline",
+    "DeadlineExceeded",
+    "IndexValuesLimitError",
     "Pending",
     "decide",
     "decide_fresh",
@@ -20,4 +25,5 @@ __all__ = [
     "render_json",
     "validate",
     "validate_fresh",
+    "within",
 ]

@@ -66,6 +66,7 @@ def start_run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict
         snapshot=snapshot,
         enforcement=settings.policy_enforcement,
         mentioned=policy.label_keys_mentioned(snapshot),
+        index_values_limit=settings.limits.policy_index_values_per_job,
     )
     return Run(group, snapshot, settings, strict, index, checker)
 

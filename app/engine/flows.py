@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app import policy
+from app.engine import budget
 from app.engine.memo import JOB_PLACEHOLDER
 from app.models.cluster import Snapshot
 from app.models.decision import FlowCheck
@@ -38,6 +39,11 @@ SEVERITY: Mapping[str, int] = {"allow": 0, "unknown": 1, "deny": 2}
 _INDEX_VALUE = re.compile(r"0|[1-9][0-9]*")
 
 EndpointKey = tuple[object, ...]
+DEFAULT_INDEX_VALUES_LIMIT = 64  # app.config.Limits.policy_index_values_per_job
+
+
+class IndexValuesLimitError(Exception):
+    """The policies name more of a job's pod indices one by one than a decision judges (a limit, not a verdict)."""
 
 
 def endpoint_key(ep: Endpoint) -> EndpointKey:
@@ -60,12 +66,28 @@ class FlowChecker:
     snapshot: Snapshot
     enforcement: PolicyEnforcement
     mentioned: frozenset[str]  # label keys some policy reads (policy.label_keys_mentioned)
+    # Most pod indices the policies name one by one that are judged, over the whole job (settings
+    # `limits.policyIndexValuesPerJob`): each named index is a class of its own, and a flow's cost grows
+    # with the product of its two ends' classes.
+    index_values_limit: int = DEFAULT_INDEX_VALUES_LIMIT
     cache: dict[tuple[EndpointKey, EndpointKey, int, int, str], Verdict] = field(default_factory=dict)
     # Replica key → why some of its pods were not checked (their flows are `unknown`).
     truncated: dict[str, str] = field(default_factory=dict)
+    _classes: dict[str, tuple[PodClass, ...]] = field(default_factory=dict)
+    _named: int = 0  # named indices judged so far, over every replica
 
     def classes(self, replica: Replica) -> tuple[PodClass, ...]:
-        """The replica's pods grouped into classes no policy can tell apart; pod 0 first."""
+        """The replica's pods grouped into classes no policy can tell apart; pod 0 first.
+
+        Raises:
+            IndexValuesLimitError: the policies name more of the job's pod indices than `index_values_limit`.
+        """
+        found = self._classes.get(replica.key)
+        if found is None:
+            found = self._classes[replica.key] = self._find_classes(replica)
+        return found
+
+    def _find_classes(self, replica: Replica) -> tuple[PodClass, ...]:
         count = max(replica.count, 1)
         index_read = bool(replica.index_label) and replica.index_label in self.mentioned
         leader_read = any(k in self.mentioned for k in replica.leader_labels)
@@ -77,6 +99,13 @@ class FlowChecker:
         if values is None:
             return self._enumerate(replica, count)
         named = sorted({int(v) for v in values if _INDEX_VALUE.fullmatch(v) and 0 < int(v) < count})
+        self._named += len(named)
+        if self._named > self.index_values_limit:
+            raise IndexValuesLimitError(
+                f"the cluster's policies name {self._named:,} values of {replica.index_label} that this job's pods "
+                f"carry (each judged on its own); topoguard checks at most {self.index_values_limit:,} per job "
+                "(limits.policyIndexValuesPerJob)"
+            )
         out = [PodClass(0, 1), *(PodClass(i, 1) for i in named)]
         rest = count - 1 - len(named)
         if rest:
@@ -132,6 +161,7 @@ class FlowChecker:
         key = (endpoint_key(src), endpoint_key(dst), flow.ports.first, flow.ports.last, flow.protocol)
         found = self.cache.get(key)
         if found is None:
+            budget.check()  # a decision given up stops here, within one verdict's time
             found = policy.check_flow(self.snapshot, src, dst, flow.ports, flow.protocol, enforcement=self.enforcement)
             self.cache[key] = found
         return found

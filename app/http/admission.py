@@ -54,7 +54,8 @@ from app.models.decision import Decision
 from app.models.job import JobGroup
 
 __all__ = [
-    "BadReview", "Outcome", "Prepared", "ReviewRequest", "answer", "parse_review", "prepare", "unsupported_message",
+    "BadReview", "Outcome", "Prepared", "ReviewRequest", "answer", "check_nesting", "parse_review", "prepare",
+    "unsupported_message",
 ]
 
 log = logging.getLogger(__name__)
@@ -98,9 +99,7 @@ def parse_review(body: Any) -> ReviewRequest:
     """
     if not isinstance(body, Mapping):
         raise BadReview(f"body must be an AdmissionReview object, got {_json_type(body)}")
-    if _nested_deeper_than(body, MAX_NESTING_DEPTH):
-        raise BadReview(f"the review nests objects and arrays more than {MAX_NESTING_DEPTH} levels deep; "
-                        "no Kubernetes object needs that many")
+    check_nesting(body, "the review")
     if body.get("apiVersion") != API_VERSION:
         raise BadReview(f"apiVersion must be {API_VERSION!r}, got {body.get('apiVersion')!r}")
     if body.get("kind") != KIND:
@@ -114,6 +113,13 @@ def parse_review(body: Any) -> ReviewRequest:
     if request.obj is None and request.operation in ("CREATE", "UPDATE"):
         raise BadReview(f"request.object is required for {request.operation}")
     return request
+
+
+def check_nesting(body: Any, what: str) -> None:
+    """Raise BadReview when decoded JSON `body` nests objects and arrays more than MAX_NESTING_DEPTH levels."""
+    if _nested_deeper_than(body, MAX_NESTING_DEPTH):
+        raise BadReview(f"{what} nests objects and arrays more than {MAX_NESTING_DEPTH} levels deep; "
+                        "no Kubernetes object needs that many")
 
 
 def _validated_request(raw: Mapping[str, Any]) -> ReviewRequest:
@@ -263,8 +269,12 @@ class Prepared:
         self._step = step
 
     def result(self) -> Outcome:
+        """The outcome; raises engine.DeadlineExceeded when the decision ran past its deadline (the caller
+        has answered already: nothing here may turn that into an answer)."""
         try:
             outcome = self._step if isinstance(self._step, Outcome) else self._step()
+        except engine.DeadlineExceeded:
+            raise
         except Exception as e:
             outcome = _internal_error(self.request, self.kind, e)
         if self.request.dry_run:
@@ -312,17 +322,19 @@ def _prepare(
         return done(Outcome(responses.allowed(uid), "skipped", kind, None))
     namespace = request.namespace or str(_mapping(obj.get("metadata")).get("namespace") or "")
     subject = _subject(obj, kind, namespace, request.name)
+    warn = _enforcement(snapshot, namespace, settings) == "warn"
     try:
-        group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace)
+        group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits)
     except jobs.UnsupportedKindError as e:
         refusal = responses.refused(uid, code=400, message="topoguard: " + unsupported_message(e))
         return done(Outcome(refusal, "denied", kind, None))
     except jobs.InvalidJobError as e:
         return done(Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, None))
+    except jobs.JobLimitError as e:
+        return done(_too_large(uid, subject, kind, [str(err) for err in e.errors], warn=warn))
     if request.operation == "UPDATE" and _placement_unchanged(request.old_object, group, settings, namespace):
         return done(Outcome(responses.allowed(uid), "unchanged", kind, None))
 
-    warn = _enforcement(snapshot, namespace, settings) == "warn"
     if cache_problem is not None:
         message = f"topoguard: cannot check {subject}: {cache_problem}"
         if warn:
@@ -334,7 +346,11 @@ def _prepare(
     pending = engine.pending("decide" if operation == "mutate" else "validate", group, snapshot, settings)
 
     def finish() -> Outcome:
-        return _finish(uid, obj, subject, kind, group, pending.result(), settings, operation,
+        try:
+            decision = pending.result()
+        except engine.IndexValuesLimitError as e:
+            return _too_large(uid, subject, kind, [str(e)], warn=warn)
+        return _finish(uid, obj, subject, kind, group, decision, settings, operation,
                        warn=warn, job_name=_job_name(obj, request.name))
 
     return Prepared(request, kind, finish, cheap=pending.known is not None)
@@ -424,6 +440,18 @@ def unsupported_message(error: jobs.UnsupportedKindError) -> str:
     return f"unsupported job kind {kind} in apiVersion {api_version}; supported: {supported}"
 
 
+def _too_large(uid: str, subject: str, kind: str, problems: Sequence[str], *, warn: bool) -> Outcome:
+    """A job past the settings' `limits` (or whose policies name more pod indices than they allow): refused
+    with 422 naming every field and limit, or admitted unchanged with that warning under `warn`."""
+    listed = "; ".join(problems[:MAX_LISTED_ERRORS])
+    if warn:
+        message = f"topoguard: {subject} was not checked, it is larger than topoguard checks: {listed}"
+        review = responses.allowed(uid, warnings=[message + "; admitted unchanged (enforcement=warn)"])
+        return Outcome(review, "warned", kind, None)
+    message = f"topoguard: {subject} is larger than topoguard checks: {listed}; raise the limit or split the job"
+    return Outcome(responses.refused(uid, code=422, message=message), "denied", kind, None)
+
+
 def _invalid(uid: str, subject: str, problems: Sequence[str]) -> dict[str, Any]:
     listed = "; ".join(problems[:MAX_LISTED_ERRORS])
     more = f" (and {len(problems) - MAX_LISTED_ERRORS} more)" if len(problems) > MAX_LISTED_ERRORS else ""
@@ -447,7 +475,8 @@ def _placement_unchanged(
     if old is None:
         return False
     try:
-        before = jobs.parse_job(old, gpu_resources=settings.gpu_resources, namespace=namespace)
+        before = jobs.parse_job(old, gpu_resources=settings.gpu_resources, namespace=namespace,
+                                limits=settings.limits)
     except jobs.JobError:
         return False
     return _placement(before) == _placement(group) and before.flows == group.flows

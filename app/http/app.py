@@ -14,7 +14,6 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI
@@ -25,16 +24,16 @@ from app.cache.store import Store
 from app.config import Settings
 from app.http import routes
 from app.http.deps import AppState
+from app.http.workers import MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import Snapshot
 from app.tls import CertificateFiles
 
 log = logging.getLogger(__name__)
 
-# Decisions are CPU-bound and hold the GIL, so more threads do not add throughput; the pool exists so
-# the event loop keeps accepting and can answer at the deadline. Bounded, so a runaway decision
-# cannot pile up threads.
-DECISION_THREADS = 4
+# Work on a worker running this many deadlines long counts as stuck (/healthz fails): the engine stops
+# itself within one verdict of the deadline, so only a loop it does not check gets there.
+STUCK_AFTER_DEADLINES = 2.0
 CERT_POLL_SECONDS = 5.0
 # How often a published snapshot may trigger a full, unfrozen collection (see `settle_heap`).
 FULL_GC_EVERY_SECONDS = 600.0
@@ -126,7 +125,6 @@ def create_app(
     certificates: CertificateFiles | None = None,
     certificate_not_after: float | None = None,
     offload_decisions: bool = True,
-    decision_threads: int = DECISION_THREADS,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
 ) -> TopoguardApp:
     """The webhook application.
@@ -137,16 +135,18 @@ def create_app(
         metrics: a fresh registry per app by default.
         certificates: serving certificate files to poll for rotation (None for self-signed or plain HTTP).
         certificate_not_after: notAfter to export when the certificate never changes (self-signed).
-        offload_decisions: run decisions on a small thread pool with the deadline (default) or inline.
-        decision_threads: size of that pool.
+        offload_decisions: run reviews on the worker pools, with the deadline and fairness (default), or
+            inline on the event loop (benchmarks compare the two).
         cert_poll_seconds: how often to look at the certificate files.
     """
-    state = AppState(
-        settings=settings,
-        store=store,
-        metrics=metrics or Metrics(),
-        executor=ThreadPoolExecutor(decision_threads, thread_name_prefix="decide") if offload_decisions else None,
-    )
+    deadline = settings.request_deadline_seconds
+    workers = Workers(
+        settings.decision_workers,
+        wait_seconds=deadline / 4,
+        stuck_after_seconds=deadline * STUCK_AFTER_DEADLINES,
+        memory=MemoryBudget(settings.decision_workers * settings.review_memory_bytes),
+    ) if offload_decisions else None
+    state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers)
     if certificates is not None:
         state.metrics.record_certificate(certificates.not_after)
     elif certificate_not_after is not None:
@@ -172,8 +172,8 @@ def create_app(
             stop: Any = getattr(store, "stop", None)
             if callable(stop):
                 await stop()
-            if state.executor is not None:
-                state.executor.shutdown(wait=False, cancel_futures=True)
+            if state.workers is not None:
+                state.workers.shutdown()
 
     api = FastAPI(title="topoguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     api.state.topoguard = state

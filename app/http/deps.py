@@ -1,4 +1,4 @@
-"""What every route reads: the per-app state (settings, store, metrics, executor) and its FastAPI alias.
+"""What every route reads: the per-app state (settings, store, metrics, workers) and its FastAPI alias.
 
 One `AppState` per app instance, hung on `app.state.topoguard`; nothing module-global, so tests can
 run many apps in one process.
@@ -6,7 +6,6 @@ run many apps in one process.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -15,6 +14,7 @@ from fastapi import Depends, Request
 from app.cache.store import Store, SyncStatus
 from app.config import Settings
 from app.http.deadlines import BodyDeadlines
+from app.http.workers import MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import BoundedMemo, Snapshot
 from app.models.decision import Decision
@@ -28,12 +28,12 @@ DECISION_METRICS_KEPT = 1024
 
 @dataclass
 class AppState:
-    """Per-app wiring. `executor` None means decisions run inline on the event loop."""
+    """Per-app wiring. `workers` None means reviews run inline on the event loop (benchmarks, unit tests)."""
 
     settings: Settings
     store: Store
     metrics: Metrics
-    executor: ThreadPoolExecutor | None
+    workers: Workers | None
     draining: bool = False  # SIGTERM seen: answer with `Connection: close`, report not ready
     last_full_gc: float = float("-inf")  # monotonic time of the last full collection (app.settle_heap)
     # What the metrics take from a decision, per decision object (routes.decision_metrics).
@@ -41,9 +41,12 @@ class AppState:
         default_factory=lambda: BoundedMemo(DECISION_METRICS_KEPT)
     )
     body_deadlines: BodyDeadlines = field(init=False)
+    memory: MemoryBudget = field(init=False)  # the reviews in flight (the workers' budget when there are any)
 
     def __post_init__(self) -> None:
         self.body_deadlines = BodyDeadlines(self.settings.request_deadline_seconds)
+        self.memory = self.workers.memory if self.workers is not None else MemoryBudget(
+            self.settings.decision_workers * self.settings.review_memory_bytes)
 
     def cache_problem(self) -> tuple[SyncStatus, str | None]:
         """The store's status and, when decisions must not trust it, why (passed to admission.answer)."""

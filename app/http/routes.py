@@ -17,7 +17,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -28,6 +29,7 @@ from app import engine, jobs, policy
 from app.config import Settings
 from app.engine import capacity
 from app.http import admission, responses
+from app.http import workers as workers_
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
 from app.logs import log_review
@@ -44,18 +46,17 @@ JSON_CONTENT_TYPE = b"application/json"
 # Caller-controlled strings are clipped before they reach a log line.
 LOGGED_TEXT_CHARS = 253
 # Metric label values for `kind` are bounded: anything else a caller sends is counted as "other".
-# Reviews up to this size are prepared on the event loop, and finished there when their decision is known.
-INLINE_BODY_BYTES = 256 * 1024
 KNOWN_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob"})
 
 
 class _HTTPProblem(Exception):
     """A request the webhook refuses at the HTTP level (4xx with a JSON error body)."""
 
-    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+    def __init__(self, status: int, message: str, *, close: bool = False, shed: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.close = close
+        self.shed = shed  # refused for the memory budget (counted in topoguard_reviews_shed_total)
 
 
 # --- the review hot path -----------------------------------------------------------------------
@@ -68,7 +69,8 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def _check_headers(scope: Scope, limit: int) -> None:
+def _check_headers(scope: Scope, limit: int) -> int:
+    """Refuse what the headers already say is wrong; the declared Content-Length (0 when none)."""
     if scope["method"] != "POST":
         raise _HTTPProblem(405, f"{scope['path']} accepts POST only")
     content_type = (_header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
@@ -83,6 +85,8 @@ def _check_headers(scope: Scope, limit: int) -> None:
             raise _HTTPProblem(400, "Content-Length is not a number", close=True) from None
         if length > limit:
             raise _HTTPProblem(413, f"body of {length} bytes exceeds the limit of {limit} bytes", close=True)
+        return max(length, 0)
+    return 0
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -113,16 +117,6 @@ async def _send(send: Send, status: int, body: bytes, *, close: bool = False) ->
 def _enforcement(snapshot: Snapshot | None, namespace: str, default: str) -> str:
     value = snapshot.namespace_labels(namespace).get(ENFORCEMENT_LABEL, "") if snapshot and namespace else ""
     return value if value in ("deny", "warn") else default
-
-
-def _deadline_review(
-    state: AppState, request: admission.ReviewRequest, snapshot: Snapshot | None
-) -> dict[str, Any]:
-    seconds = state.settings.request_deadline_seconds
-    message = f"topoguard: no placement decision within the {seconds:g}s deadline; the job's zone was not checked"
-    if _enforcement(snapshot, request.namespace or "", state.settings.enforcement) == "warn":
-        return responses.allowed(request.uid, warnings=[message + "; admitted unchecked (enforcement=warn)"])
-    return responses.refused(request.uid, code=504, message=message + "; retry shortly")
 
 
 def _reason_counts(decision: Decision | None) -> dict[str, int]:
@@ -167,100 +161,154 @@ def decision_metrics(state: AppState, decision: Decision) -> tuple[dict[str, int
     return facts
 
 
-def _prepare(
-    state: AppState, request: admission.ReviewRequest, operation: Operation, taken: list[Snapshot]
-) -> admission.Prepared:
-    """Take the snapshot (once) and prepare the answer (`admission.prepare`)."""
-    snapshot, problem = state.snapshot()
-    taken.append(snapshot)  # for the deadline answer, which reads the namespace's enforcement label
-    return admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
-                             cache_problem=problem)
+@dataclass(frozen=True)
+class _Answered:
+    """A review answered on a worker: the encoded response AdmissionReview and what the loop records."""
+
+    body: bytes
+    outcome: str
+    decision: Decision | None
 
 
-def _answer(
-    state: AppState, request: admission.ReviewRequest, operation: Operation, taken: list[Snapshot]
-) -> admission.Outcome:
-    """The whole answer (`admission.answer`). On the decision pool nothing here may block the loop."""
-    return _prepare(state, request, operation, taken).result()
+@dataclass(frozen=True)
+class _Undecided:
+    """A review read on a worker whose decision is still to be computed."""
+
+    request: admission.ReviewRequest
+    snapshot: Snapshot
+    prepared: admission.Prepared
 
 
-async def _decide(
-    state: AppState, request: admission.ReviewRequest, operation: Operation, taken: list[Snapshot],
-    started: float, body_bytes: int,
-) -> admission.Outcome:
-    """Answer on the loop what is cheap, on the decision pool (with the deadline) what may not be.
+def _encode(outcome: admission.Outcome) -> _Answered:
+    return _Answered(orjson.dumps(outcome.review), outcome.outcome, outcome.decision)
 
-    A review up to INLINE_BODY_BYTES is prepared here (parsing a job is linear in its size); when
-    its decision is already in the snapshot's memo, it is finished here too: a hop to a thread and
-    back costs more than that (~0.2 ms on one core, measured with bench/bench_http.py). Decisions to
-    compute, and bigger reviews whole, go to the pool.
-    """
-    if state.executor is None:
-        return _answer(state, request, operation, taken)
-    call: Callable[[], admission.Outcome]
-    if body_bytes <= INLINE_BODY_BYTES:
-        prepared = _prepare(state, request, operation, taken)
+
+def _read(state: AppState, operation: Operation, body: bytes) -> tuple[admission.ReviewRequest, _Answered | _Undecided]:
+    """Step 1, on a reader thread: decode and read the review, take the snapshot (once), prepare the answer
+    (`admission.prepare`) and finish it when that costs nothing more (a memo hit, a refusal, a skip)."""
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
+    try:
+        request = admission.parse_review(raw)
+    except admission.BadReview as e:
+        raise _HTTPProblem(400, str(e)) from None
+    try:
+        snapshot, problem = state.snapshot()
+        prepared = admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
+                                     cache_problem=problem)
         if prepared.cheap:
-            return prepared.result()
-        call = prepared.result
+            return request, _encode(prepared.result())
+    except Exception:
+        log.exception("unexpected error answering a review", extra={"uid": request.uid, "operation": operation})
+        refusal = responses.refused(request.uid, code=500,
+                                    message=f"topoguard: internal error answering request {request.uid}")
+        return request, _Answered(orjson.dumps(refusal), "error", None)
+    return request, _Undecided(request, snapshot, prepared)
+
+
+def _decide(prepared: admission.Prepared, deadline: float) -> _Answered:
+    """Step 2, on a decision worker: the decision, stopped by the engine itself past `deadline` (perf_counter)."""
+    with engine.within(engine.Deadline(deadline, time.perf_counter)):
+        return _encode(prepared.result())
+
+
+def _unchecked(state: AppState, request: admission.ReviewRequest, snapshot: Snapshot | None, why: str,
+               code: int) -> _Answered:
+    """A review answered without a decision (deadline missed, no worker in time): refused with `code`, or
+    admitted with a warning in a namespace whose enforcement is `warn`. Never a silent allow."""
+    message = f"topoguard: {why}; the job's zone was not checked"
+    if _enforcement(snapshot, request.namespace or "", state.settings.enforcement) == "warn":
+        review = responses.allowed(request.uid, warnings=[message + "; admitted unchecked (enforcement=warn)"])
     else:
-        call = functools.partial(_answer, state, request, operation, taken)
-    remaining = state.settings.request_deadline_seconds - (time.perf_counter() - started)
-    future = asyncio.get_running_loop().run_in_executor(state.executor, call)
-    # NB: on timeout the worker thread runs on to completion; its result is dropped. The pool is
-    # small and bounded, so runaway decisions queue further requests into their own deadlines
-    # instead of piling up threads.
-    return await asyncio.wait_for(future, timeout=max(remaining, 0.0))
+        review = responses.refused(request.uid, code=code, message=message + "; retry shortly")
+    return _Answered(orjson.dumps(review), "timeout" if code == 504 else "shed", None)
+
+
+async def _answer(state: AppState, operation: Operation, body: bytes, started: float
+                  ) -> tuple[admission.ReviewRequest, _Answered]:
+    """The review's answer, computed off the event loop (inline when the app has no workers)."""
+    deadline = started + state.settings.request_deadline_seconds
+    workers = state.workers
+    if workers is None:
+        request, step = _read(state, operation, body)
+        return request, step if isinstance(step, _Answered) else _decide(step.prepared, float("inf"))
+    try:
+        request, step = await asyncio.wait_for(workers.read(functools.partial(_read, state, operation, body)),
+                                               timeout=max(deadline - time.perf_counter(), 0.0))
+    except TimeoutError:
+        raise _HTTPProblem(503, "the review could not be read within the deadline: the webhook is overloaded",
+                           close=True) from None
+    if isinstance(step, _Answered):
+        return request, step
+    namespace = request.namespace or ""
+    try:
+        decided = await asyncio.wait_for(
+            workers.decide(namespace, functools.partial(_decide, step.prepared, deadline)),
+            timeout=max(deadline - time.perf_counter(), 0.0),
+        )
+    except TimeoutError:
+        seconds = state.settings.request_deadline_seconds
+        log.warning("decision deadline missed", extra={"uid": request.uid, "operation": operation})
+        return request, _unchecked(state, request, step.snapshot,
+                                   f"no placement decision within the {seconds:g}s deadline", 504)
+    except workers_.Shed as shed:
+        state.metrics.record_shed(shed.reason)
+        log.warning("review shed: no decision worker in time",
+                    extra={"uid": request.uid, "operation": operation, "namespace": namespace[:LOGGED_TEXT_CHARS],
+                           "reason": shed.reason})
+        return request, _unchecked(state, request, step.snapshot, str(shed),
+                                   429 if shed.reason == "namespace-share" else 503)
+    except engine.DeadlineExceeded:  # the engine saw the deadline just before the wait did
+        seconds = state.settings.request_deadline_seconds
+        return request, _unchecked(state, request, step.snapshot,
+                                   f"no placement decision within the {seconds:g}s deadline", 504)
+    return request, decided
 
 
 async def handle_review(state: AppState, operation: Operation, scope: Scope, receive: Receive, send: Send) -> None:
-    """POST /mutate | /validate."""
+    """POST /mutate | /validate: the loop reads the body and writes the answer; workers do the rest."""
     started = time.perf_counter()
     metrics = state.metrics
+    held = 0  # bytes of the memory budget this review holds
     try:
-        _check_headers(scope, state.settings.max_body_bytes)
         try:
-            # A client that stops sending mid-body must not hold the request open forever.
-            body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
-        except BodyDeadlineExceeded:
-            raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
-        try:
-            raw = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
-        try:
-            request = admission.parse_review(raw)
-        except admission.BadReview as e:
-            raise _HTTPProblem(400, str(e)) from None
-    except _HTTPProblem as problem:
-        metrics.record_review(operation=operation, kind="", outcome="bad-request",
-                              duration_seconds=time.perf_counter() - started)
-        log.info("refused review",
-                 extra={"status": problem.status, "error": str(problem)[:LOGGED_TEXT_CHARS], "operation": operation})
-        await _send(send, problem.status, orjson.dumps({"error": str(problem)}), close=problem.close or state.draining)
-        return
+            declared = _check_headers(scope, state.settings.max_body_bytes)
+            held = _hold(state, declared)
+            try:
+                # A client that stops sending mid-body must not hold the request open forever.
+                body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
+            except BodyDeadlineExceeded:
+                raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
+            held += _hold(state, _decoded_size(state, body) - held)
+            request, answered = await _answer(state, operation, body, started)
+        except _HTTPProblem as problem:
+            metrics.record_review(operation=operation, kind="", outcome="bad-request",
+                                  duration_seconds=time.perf_counter() - started)
+            if problem.shed:
+                metrics.record_shed("memory")
+            log.info("refused review", extra={"status": problem.status, "error": str(problem)[:LOGGED_TEXT_CHARS],
+                                              "operation": operation})
+            await _send(send, problem.status, orjson.dumps({"error": str(problem)}),
+                        close=problem.close or state.draining)
+            return
+        except Exception:
+            log.exception("unexpected error answering a review", extra={"operation": operation})
+            await _send(send, 500, orjson.dumps({"error": "internal error reading the review"}), close=True)
+            return
+    finally:
+        if held:
+            state.memory.give(held)
 
-    kind = request.kind.kind if request.kind.kind in KNOWN_KINDS else "other"
-    taken: list[Snapshot] = []
-    decision: Decision | None = None
-    outcome: str
-    try:
-        result = await _decide(state, request, operation, taken, started, len(body))
-        review, outcome, decision = result.review, result.outcome, result.decision
-        if outcome == "error":
-            log.error("review failed inside the pipeline",
-                      extra={"uid": request.uid, "operation": operation, "error": _denial_message(review)})
-    except TimeoutError:
-        review, outcome = _deadline_review(state, request, taken[0] if taken else None), "timeout"
-        log.warning("decision deadline missed", extra={"uid": request.uid, "operation": operation})
-    except Exception:
-        log.exception("unexpected error answering a review", extra={"uid": request.uid, "operation": operation})
-        review = responses.refused(request.uid, code=500,
-                                   message=f"topoguard: internal error answering request {request.uid}")
-        outcome = "error"
+    if answered.outcome == "error":
+        log.error("review failed inside the pipeline",
+                  extra={"uid": request.uid, "operation": operation, "error": _denial_message_of(answered.body)})
     duration = time.perf_counter() - started
-    await _send(send, 200, orjson.dumps(review), close=state.draining)
-    metrics.record_review(operation=operation, kind=kind, outcome=outcome, duration_seconds=duration)
+    await _send(send, 200, answered.body, close=state.draining)
+    kind = request.kind.kind if request.kind.kind in KNOWN_KINDS else "other"
+    metrics.record_review(operation=operation, kind=kind, outcome=answered.outcome, duration_seconds=duration)
+    decision = answered.decision
     if decision is not None:
         reasons, blocked = decision_metrics(state, decision)
         metrics.record_reasons(reasons)
@@ -268,9 +316,36 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     log_review(
         uid=request.uid[:LOGGED_TEXT_CHARS], kind=request.kind.kind[:LOGGED_TEXT_CHARS],
         namespace=(request.namespace or "")[:LOGGED_TEXT_CHARS], name=(request.name or "")[:LOGGED_TEXT_CHARS],
-        operation=operation, outcome=outcome, zone=decision.zone if decision else None, duration_seconds=duration,
-        message=_denial_message(review),
+        operation=operation, outcome=answered.outcome, zone=decision.zone if decision else None,
+        duration_seconds=duration, message=_denial_message_of(answered.body) if answered.outcome != "patched" else "",
     )
+
+
+def _hold(state: AppState, size: int) -> int:
+    """Take `size` bytes of the in-flight memory budget (what was taken), or refuse the review at once (503)."""
+    if size <= 0:
+        return 0
+    if not state.memory.take(size):
+        raise _HTTPProblem(503, "too many large reviews in flight: the webhook's memory budget is taken; retry shortly",
+                           close=True, shed=True)
+    return size
+
+
+def _decoded_size(state: AppState, body: bytes) -> int:
+    """What `body` may cost decoded (workers.estimated_memory), refused with 413 past `reviewMemoryBytes`."""
+    size = workers_.estimated_memory(body)
+    limit = state.settings.review_memory_bytes
+    if size > limit:
+        raise _HTTPProblem(413, f"the review would take about {size:,} bytes of memory once decoded, more than the "
+                                f"limit of {limit:,} (reviewMemoryBytes); no training job needs that many objects",
+                           close=True)
+    return size
+
+
+def _denial_message_of(body: bytes) -> str:
+    """The refusal message in an encoded response AdmissionReview ("" when it allows)."""
+    review = orjson.loads(body)
+    return _denial_message(review) if isinstance(review, dict) else ""
 
 
 def _denial_message(review: dict[str, Any]) -> str:
@@ -335,10 +410,15 @@ def job_map(snapshot: Snapshot, settings: Settings, raw: Any) -> dict[str, Any]:
     metadata = raw.get("metadata")
     namespace = str((metadata.get("namespace") if isinstance(metadata, Mapping) else None) or "default")
     try:
-        group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=namespace)
+        group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits)
+    except jobs.JobLimitError as e:
+        raise _HTTPProblem(422, f"the job is larger than topoguard checks: {e}") from None
     except jobs.JobError as e:
         raise _HTTPProblem(400, f"not a usable job: {e}") from None
-    decision = engine.decide(group, snapshot, settings)
+    try:
+        decision = engine.decide(group, snapshot, settings)
+    except engine.IndexValuesLimitError as e:
+        raise _HTTPProblem(422, f"the job is larger than topoguard checks: {e}") from None
     table = {
         "job": f"{group.kind} {group.namespace}/{group.name}",
         "allowed": decision.allowed,
@@ -441,11 +521,37 @@ async def job_zone_map(request: Request, state: StateDep) -> Response:
             body = await state.body_deadlines.read(_read_body(request.receive, state.settings.max_body_bytes))
         except BodyDeadlineExceeded:
             raise _HTTPProblem(408, "the request body did not arrive within the deadline") from None
+        held = _hold(state, _decoded_size(state, body))
         try:
-            raw = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
-        loop = asyncio.get_running_loop()
-        return _json(await loop.run_in_executor(state.executor, functools.partial(build_map, state, job=raw)))
+            deadline = time.perf_counter() + state.settings.request_deadline_seconds
+            work = functools.partial(_job_map, state, body, deadline)
+            if state.workers is None:
+                return _json(work())
+            # The map's decisions share the decision workers under one key, so they hold at most a share.
+            return _json(await asyncio.wait_for(state.workers.decide(MAP_SHARE, work),
+                                                timeout=state.settings.request_deadline_seconds))
+        finally:
+            state.memory.give(held)
+    except (TimeoutError, engine.DeadlineExceeded):
+        return _json({"error": f"no map within the {state.settings.request_deadline_seconds:g}s deadline"}, 504)
+    except workers_.Shed as shed:
+        return _json({"error": f"the webhook is busy: {shed}; retry shortly"}, 503)
     except _HTTPProblem as problem:
         return _json({"error": str(problem)}, problem.status)
+
+
+MAP_SHARE = "(POST /map)"
+
+
+def _job_map(state: AppState, body: bytes, deadline: float) -> Any:
+    """POST /map's answer, on a decision worker: the body read with the review's checks, under the deadline."""
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
+    try:
+        admission.check_nesting(raw, "the job")
+    except admission.BadReview as e:
+        raise _HTTPProblem(400, str(e)) from None
+    with engine.within(engine.Deadline(deadline, time.perf_counter)):
+        return build_map(state, job=raw)

@@ -7,8 +7,9 @@ pointers to the pod templates it may patch. Pure: no I/O, no Kubernetes client.
 Public API (the engine and HTTP layers use exactly these names):
 
 - `SUPPORTED`: the (apiVersion, kind) pairs understood.
-- `parse_job(raw, *, gpu_resources, namespace="")` → `JobGroup`; raises `UnsupportedKindError`
-  or `InvalidJobError` (every malformed field, with its path), never anything else.
+- `parse_job(raw, *, gpu_resources, namespace="", limits=Limits())` → `JobGroup`; raises
+  `UnsupportedKindError`, `InvalidJobError` (every malformed field, with its path) or `JobLimitError`
+  (a job larger than `limits`, checked before its flows are built), never anything else.
 - `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (the
   caller's working copy of the job, which it then edits and diffs into a JSON Patch). Idempotent.
 """
@@ -19,8 +20,11 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from app.config import Limits
 from app.jobs import jobset, kubeflow, kubeflow_plain, trainjob
+from app.jobs import limits as limits_
 from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
+from app.jobs.limits import JobLimitError
 from app.jobs.pointers import ensure_object, escape_json_pointer
 from app.jobs.templates import is_object, type_name
 from app.models.job import JobGroup
@@ -30,6 +34,7 @@ __all__ = [
     "FieldError",
     "InvalidJobError",
     "JobError",
+    "JobLimitError",
     "UnsupportedKindError",
     "escape_json_pointer",
     "parse_job",
@@ -47,18 +52,30 @@ _PARSERS: Mapping[tuple[str, str], _Parser] = {
 
 SUPPORTED: frozenset[tuple[str, str]] = frozenset(_PARSERS)
 
+# The spec field listing each kind's replica types (checked against `limits` before parsing). A TrainJob's
+# replicated jobs come from its runtime, which the cluster's administrators write.
+_REPLICA_MAPS: Mapping[tuple[str, str], str] = {
+    **{gvk: f.map_key for gvk, f in kubeflow.FRAMEWORKS.items()},
+    (jobset.API_VERSION, jobset.KIND): "replicatedJobs",
+}
+DEFAULT_LIMITS = Limits()
 
-def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str = "") -> JobGroup:
+
+def parse_job(
+    raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str = "", limits: Limits = DEFAULT_LIMITS
+) -> JobGroup:
     """The `JobGroup` of a job object as the user submitted it.
 
     Args:
         raw: the job (AdmissionRequest.object), any supported kind.
         gpu_resources: extended resources that count as GPUs (settings `gpuResources`).
         namespace: the AdmissionRequest namespace, used when metadata.namespace is absent.
+        limits: the largest job to consider (settings `limits`).
 
     Raises:
         UnsupportedKindError: apiVersion/kind is not in `SUPPORTED`.
         InvalidJobError: the job is malformed; `.errors` lists every bad field with its path.
+        JobLimitError: the job is larger than `limits`; `.errors` names each field and limit.
     """
     if type(raw) is not dict and not is_object(raw):
         raise InvalidJobError([FieldError("", f"job must be an object, got {type_name(raw)}")])
@@ -68,7 +85,11 @@ def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace
     parser = _PARSERS.get((api_version, kind))
     if parser is None:
         raise UnsupportedKindError(api_version, kind)
-    return parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
+    map_key = _REPLICA_MAPS.get((api_version, kind))
+    limits_.check_replica_types(limits_.replica_map_size(raw, map_key) if map_key else None, limits)
+    group = parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
+    limits_.check_group(group, limits)
+    return group
 
 
 def prepare_templates(doc: dict[str, Any], group: JobGroup) -> None:

@@ -441,7 +441,7 @@ def test_stalled_job_map_body_is_refused_at_the_deadline(
 
 
 class CountingExecutor(ThreadPoolExecutor):
-    """The decision pool, counting what is sent to it."""
+    """The decision workers' pool, counting what is sent to it."""
 
     def __init__(self) -> None:
         super().__init__(2)
@@ -452,15 +452,16 @@ class CountingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-def test_a_decision_in_the_memo_is_answered_without_the_pool(
+def test_a_decision_in_the_memo_is_answered_without_a_decision_worker(
     serve: Callable[..., RunningServer], server_pair: KeyPair
 ) -> None:
-    """The first job of a shape is decided on the pool (deadline kept); the next ones, which differ only in
-    name, come from the snapshot's decision memo and are answered on the loop, with their own names."""
+    """The first job of a shape is decided on a decision worker (deadline kept); the next ones, which differ
+    only in name, come from the snapshot's decision memo and are answered by the reader, with their own names."""
     snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
     app = create_app(Settings(zone_identity_label="zone"), StaticStore(snapshot))
     pool = CountingExecutor()
-    app.state.executor = pool
+    assert app.state.workers is not None
+    app.state.workers._deciders = pool
     server = serve(app)
     answers = []
     with https_client(server, server_pair) as c:

@@ -92,7 +92,7 @@ def _documented(metric: str, label: str) -> list[str]:
 
 
 def test_outcomes_are_what_the_pipeline_and_the_server_emit() -> None:
-    assert set(REVIEW_OUTCOMES) == {*get_args(OutcomeName), "bad-request", "timeout"}
+    assert set(REVIEW_OUTCOMES) == {*get_args(OutcomeName), "bad-request", "timeout", "shed"}
     assert len(REVIEW_OUTCOMES) == len(set(REVIEW_OUTCOMES))
 
 

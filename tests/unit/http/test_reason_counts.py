@@ -82,7 +82,7 @@ def test_split_is_the_decisions_structured_cause_not_its_wording() -> None:
 
 
 def test_decision_metrics_are_worked_out_once_per_decision_object() -> None:
-    state = AppState(settings=Settings(), store=StaticStore(LAB), metrics=Metrics(), executor=None)
+    state = AppState(settings=Settings(), store=StaticStore(LAB), metrics=Metrics(), workers=None)
     first = decision_for(as_written, "mutate", Settings())
     same_content = copy.deepcopy(first)  # an equal decision, another object: worked out again
     refused = decision_for(pin_master_to_zone_b, "mutate", IDENTITY)
@@ -95,7 +95,7 @@ def test_decision_metrics_are_worked_out_once_per_decision_object() -> None:
 
 
 def test_decision_metrics_stay_bounded() -> None:
-    state = AppState(settings=Settings(), store=StaticStore(LAB), metrics=Metrics(), executor=None)
+    state = AppState(settings=Settings(), store=StaticStore(LAB), metrics=Metrics(), workers=None)
     state.decision_metrics = BoundedMemo(2)
     decisions = [Decision(False, None, (), (f"reason {i}",), split=True) for i in range(5)]
     for d in decisions:
