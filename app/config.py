@@ -60,9 +60,9 @@ class Settings(BaseModel):
     cache_stale_seconds: float = Field(default=120.0, gt=0)
     # Threads that compute decisions; each namespace may hold half of them (at least one).
     decision_workers: int = Field(default=4, gt=0, le=64)
-    # Most memory one review may need once decoded (estimated from its bytes before decoding; 413 above). All
-    # reviews in flight together may hold decisionWorkers x this; the chart's memory limit is derived from it.
-    review_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # Most memory one review may need to decode and decide (estimated from its bytes before decoding; 413 above).
+    # All reviews in flight together may hold twice this; the chart's memory limit is derived from it.
+    review_memory_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     limits: Limits = Field(default_factory=Limits)
 
     @field_validator("gpu_resources", mode="before")

@@ -443,11 +443,12 @@ def unsupported_message(error: jobs.UnsupportedKindError) -> str:
 def _too_large(uid: str, subject: str, kind: str, problems: Sequence[str], *, warn: bool) -> Outcome:
     """A job past the settings' `limits` (or whose policies name more pod indices than they allow): refused
     with 422 naming every field and limit, or admitted unchanged with that warning under `warn`."""
-    listed = "; ".join(problems[:MAX_LISTED_ERRORS])
     if warn:
-        message = f"topoguard: {subject} was not checked, it is larger than topoguard checks: {listed}"
-        review = responses.allowed(uid, warnings=[message + "; admitted unchanged (enforcement=warn)"])
+        summary = f"topoguard: {subject} was not checked, it is larger than topoguard checks; admitted unchanged " \
+                  "(enforcement=warn)"
+        review = responses.allowed(uid, warnings=[summary, *problems[:MAX_LISTED_ERRORS]])
         return Outcome(review, "warned", kind, None)
+    listed = "; ".join(problems[:MAX_LISTED_ERRORS])
     message = f"topoguard: {subject} is larger than topoguard checks: {listed}; raise the limit or split the job"
     return Outcome(responses.refused(uid, code=422, message=message), "denied", kind, None)
 

@@ -24,7 +24,7 @@ from app.cache.store import Store
 from app.config import Settings
 from app.http import routes
 from app.http.deps import AppState
-from app.http.workers import MemoryBudget, Workers
+from app.http.workers import READER_THREADS, MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import Snapshot
 from app.tls import CertificateFiles
@@ -144,7 +144,7 @@ def create_app(
         settings.decision_workers,
         wait_seconds=deadline / 4,
         stuck_after_seconds=deadline * STUCK_AFTER_DEADLINES,
-        memory=MemoryBudget(settings.decision_workers * settings.review_memory_bytes),
+        memory=MemoryBudget(READER_THREADS * settings.review_memory_bytes),
     ) if offload_decisions else None
     state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers)
     if certificates is not None:

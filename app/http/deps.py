@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from app.cache.store import Store, SyncStatus
 from app.config import Settings
 from app.http.deadlines import BodyDeadlines
-from app.http.workers import MemoryBudget, Workers
+from app.http.workers import READER_THREADS, MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import BoundedMemo, Snapshot
 from app.models.decision import Decision
@@ -46,7 +46,7 @@ class AppState:
     def __post_init__(self) -> None:
         self.body_deadlines = BodyDeadlines(self.settings.request_deadline_seconds)
         self.memory = self.workers.memory if self.workers is not None else MemoryBudget(
-            self.settings.decision_workers * self.settings.review_memory_bytes)
+            READER_THREADS * self.settings.review_memory_bytes)
 
     def cache_problem(self) -> tuple[SyncStatus, str | None]:
         """The store's status and, when decisions must not trust it, why (passed to admission.answer)."""

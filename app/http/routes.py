@@ -472,7 +472,14 @@ def _json(body: Any, status_code: int = 200) -> Response:
 
 
 @router.get("/healthz")
-async def healthz() -> Response:
+async def healthz(state: StateDep) -> Response:
+    """Liveness: 200 while the event loop answers (this handler runs on it) and no review task is wedged on a
+    worker (running `STUCK_AFTER_DEADLINES` deadlines long: the engine checks its deadline every verdict, so
+    only a loop it does not check gets there); 503 then, so Kubernetes restarts the replica."""
+    stuck = state.workers.stuck() if state.workers is not None else 0
+    state.metrics.workers_stuck.set(stuck)
+    if stuck:
+        return _json({"status": "stuck", "stuckWorkers": stuck}, 503)
     return _json({"status": "ok"})
 
 
@@ -480,7 +487,8 @@ async def healthz() -> Response:
 async def readyz(state: StateDep) -> Response:
     """200 once every watched kind has synced; 503 before that and while draining."""
     status, problem = state.cache_problem()
-    ready = status.synced and not state.draining
+    stuck = state.workers.stuck() if state.workers is not None else 0
+    ready = status.synced and not state.draining and not stuck
     body = {
         "ready": ready,
         "synced": status.synced,
@@ -489,6 +497,7 @@ async def readyz(state: StateDep) -> Response:
         "ageSeconds": round(status.age_seconds, 3),
         "detail": dict(status.detail),
         **({"problem": problem} if problem else {}),
+        **({"stuckWorkers": stuck} if stuck else {}),
     }
     return _json(body, 200 if ready else 503)
 

@@ -20,8 +20,9 @@ that does not return): /healthz then fails so that Kubernetes restarts the wedge
 
 Memory (`MemoryBudget`): a review's parsed size is estimated from its bytes before it is decoded, and
 every review in flight holds its estimate until it is answered: a review alone over `reviewMemoryBytes`
-is refused (413), and one that would take all reviews in flight past `decisionWorkers x
-reviewMemoryBytes` is refused at once (503), so a flood of large bodies cannot exhaust the pod.
+is refused (413), and one that would take all reviews in flight past `READER_THREADS x reviewMemoryBytes`
+(two worst-case reviews decoding at once) is refused at once (503), so a flood of large bodies cannot
+exhaust the pod. A real review is tens of kilobytes, so thousands fit.
 """
 
 from __future__ import annotations
@@ -39,9 +40,12 @@ from typing import Literal, TypeVar
 T = TypeVar("T")
 
 READER_THREADS = 2
-# What a decoded JSON value can cost in Python objects per structural byte (`{`, `[`, `,`, `:`) of its text,
-# an upper bound measured on adversarial shapes (tests/adversarial: `[{},{},...]`, `[[],...]`, `["a",...]`,
-# many-key objects): an empty dict is 64 bytes plus the 8-byte slot that holds it, for 3 bytes of text.
+# What decoding costs at its peak, bounded from above (tests/integration/test_adversarial.py holds the bound on
+# adversarial shapes: `[{},{},...]`, `[[],...]`, `["a",...]`, many-key objects, long strings, big integers):
+# orjson's parser holds a document of its own of about 12-14 bytes per byte of text while it builds the Python
+# objects, and those cost up to ~100 bytes per structural byte (`{`, `[`, `,`, `:`): an empty dict is 64 bytes
+# plus the 8-byte slot that holds it, for 3 bytes of text.
+BYTES_PER_TEXT_BYTE = 16
 BYTES_PER_STRUCTURAL_BYTE = 128
 ShedReason = Literal["namespace-share", "no-worker"]
 
@@ -55,13 +59,14 @@ class Shed(Exception):
 
 
 def estimated_memory(body: bytes) -> int:
-    """An upper bound of what `body` costs decoded (bytes): its text plus a bound per structural byte.
+    """An upper bound of what decoding `body` costs at its peak (bytes): a bound per byte of text plus one per
+    structural byte.
 
     The structural bytes are counted in the raw text, strings included, so the count only errs high. Four
     C-speed scans (about 1 ms per MiB each on the dev VM); nothing is decoded.
     """
     structural = body.count(b"{") + body.count(b"[") + body.count(b",") + body.count(b":")
-    return len(body) + BYTES_PER_STRUCTURAL_BYTE * structural
+    return BYTES_PER_TEXT_BYTE * len(body) + BYTES_PER_STRUCTURAL_BYTE * structural
 
 
 class MemoryBudget:

@@ -141,6 +141,11 @@ def read_str(value: Any, at: LazyPath, errors: list[FieldError], *, default: str
     return value
 
 
+# A device count no node reports (device plugins count in int32): past it a job is refused, and every sum of GPUs
+# (pods x containers x this, within the job limits) stays a number JSON and the metrics can carry.
+MAX_GPUS_PER_CONTAINER = 2**31 - 1
+
+
 def parse_whole_quantity(value: Any) -> int | None:
     """An extended-resource quantity (`2`, `"2"`, `"2000m"`) as a whole number; None if it is not one."""
     if type(value) is int:
@@ -260,7 +265,7 @@ def _read_plain_containers(
                 for resource in gpu_resources:
                     if resource in values:
                         amount = parse_whole_quantity(values[resource])
-                        if amount is None:
+                        if amount is None or amount > MAX_GPUS_PER_CONTAINER:
                             return None
                         container_gpus[resource] = amount
             for resource, amount in container_gpus.items():
@@ -463,6 +468,10 @@ def read_resources_gpus(
             amount = parse_whole_quantity(values[resource])
             if amount is None:
                 message = "must be a whole non-negative quantity"
+                errors.append(FieldError(render_path(((at, section), resource)), message))
+                continue
+            if amount > MAX_GPUS_PER_CONTAINER:
+                message = f"{amount:.3g} is more than any node has (at most {MAX_GPUS_PER_CONTAINER} per container)"
                 errors.append(FieldError(render_path(((at, section), resource)), message))
                 continue
             out[resource] = amount
