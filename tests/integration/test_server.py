@@ -11,6 +11,7 @@ import gc
 import json
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import cli
+from app import cli, policy
 from app.cache.files import build_snapshot, load_snapshot
 from app.cache.store import StaticStore, SyncStatus
 from app.config import Settings, load_settings
@@ -472,3 +473,44 @@ def test_a_decision_in_the_memo_is_answered_without_a_decision_worker(
     assert pool.submitted == 1
     assert [a["allowed"] for a in answers] == [True, True, True]
     assert len({a["patch"] for a in answers}) == 1, "jobs of one shape get the same patch"
+
+
+def test_a_decision_past_its_deadline_stops_and_frees_its_worker(
+    serve: Callable[..., RunningServer], server_pair: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: a review answered 504 must not keep its worker. Every verdict is made slow (50 ms) and the job
+    needs hundreds of them (~30 s of work): the engine sees the deadline at its next verdict and stops, so the
+    worker is free long before the work could have finished, and the next review is decided."""
+    slow = policy.check_flow
+
+    def slow_verdict(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(policy, "check_flow", slow_verdict)
+    snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
+    app = create_app(Settings(request_deadline_seconds=0.5, decision_workers=1), StaticStore(snapshot))
+    server = serve(app)
+    types = {f"Worker{i}": {"replicas": 1, "template": {"metadata": {"labels": {"slot": str(i)}}, "spec": {
+        "nodeSelector": {"gpu": "true"},
+        "tolerations": [{"key": "gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}],
+        "containers": [{"name": "tensorflow", "image": "tf"}]}}}
+        for i in range(24)}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "wide", "namespace": "ml-demo"},
+           "spec": {"tfReplicaSpecs": types}}
+    review = admission_review(job)
+    workers = app.state.workers
+    assert workers is not None
+    with https_client(server, server_pair) as c:
+        started = time.monotonic()
+        got = c.post("/mutate", json=review)
+        response = check_review_envelope(got.json(), review["request"]["uid"])
+        assert response["status"]["code"] == 504
+        while workers.in_progress() and time.monotonic() - started < 20:
+            time.sleep(0.01)
+        freed_after = time.monotonic() - started
+        assert workers.in_progress() == 0
+        assert freed_after < 10, f"the worker ran on for {freed_after:.1f}s after the deadline"
+        monkeypatch.setattr(policy, "check_flow", slow)
+        again = check_review_envelope(c.post("/mutate", json=admission_review(pytorchjob())).json(), None)
+    assert "status" not in again or again["status"]["code"] != 504
