@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -183,9 +184,12 @@ def _encode(outcome: admission.Outcome) -> _Answered:
     return _Answered(orjson.dumps(outcome.review), outcome.outcome, outcome.decision)
 
 
-def _read(state: AppState, operation: Operation, body: bytes) -> tuple[admission.ReviewRequest, _Answered | _Undecided]:
-    """Step 1, on a reader thread: decode and read the review, take the snapshot (once), prepare the answer
-    (`admission.prepare`) and finish it when that costs nothing more (a memo hit, a refusal, a skip)."""
+def _read(state: AppState, operation: Operation, body: bytes, held: _Held
+          ) -> tuple[admission.ReviewRequest, _Answered | _Undecided]:
+    """Step 1, on a reader thread: hold what decoding will cost, decode and read the review, take the snapshot
+    (once), prepare the answer (`admission.prepare`) and finish it when that costs nothing more (a memo hit, a
+    refusal, a skip)."""
+    held.hold_decoded(body, state.settings.review_memory_bytes)
     try:
         raw = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -226,16 +230,16 @@ def _unchecked(state: AppState, request: admission.ReviewRequest, snapshot: Snap
     return _Answered(orjson.dumps(review), "timeout" if code == 504 else "shed", None)
 
 
-async def _answer(state: AppState, operation: Operation, body: bytes, started: float
+async def _answer(state: AppState, operation: Operation, body: bytes, started: float, held: _Held
                   ) -> tuple[admission.ReviewRequest, _Answered]:
     """The review's answer, computed off the event loop (inline when the app has no workers)."""
     deadline = started + state.settings.request_deadline_seconds
     workers = state.workers
     if workers is None:
-        request, step = _read(state, operation, body)
+        request, step = _read(state, operation, body, held)
         return request, step if isinstance(step, _Answered) else _decide(step.prepared, float("inf"))
     try:
-        request, step = await asyncio.wait_for(workers.read(functools.partial(_read, state, operation, body)),
+        request, step = await asyncio.wait_for(workers.read(functools.partial(_read, state, operation, body, held)),
                                                timeout=max(deadline - time.perf_counter(), 0.0))
     except TimeoutError:
         raise _HTTPProblem(503, "the review could not be read within the deadline: the webhook is overloaded",
@@ -271,18 +275,16 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     """POST /mutate | /validate: the loop reads the body and writes the answer; workers do the rest."""
     started = time.perf_counter()
     metrics = state.metrics
-    held = 0  # bytes of the memory budget this review holds
+    held = _Held(state.memory)  # what this review holds of the in-flight memory budget
     try:
         try:
-            declared = _check_headers(scope, state.settings.max_body_bytes)
-            held = _hold(state, declared)
+            held.take(_check_headers(scope, state.settings.max_body_bytes))
             try:
                 # A client that stops sending mid-body must not hold the request open forever.
                 body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
             except BodyDeadlineExceeded:
                 raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
-            held += _hold(state, _decoded_size(state, body) - held)
-            request, answered = await _answer(state, operation, body, started)
+            request, answered = await _answer(state, operation, body, started, held)
         except _HTTPProblem as problem:
             metrics.record_review(operation=operation, kind="", outcome="bad-request",
                                   duration_seconds=time.perf_counter() - started)
@@ -298,8 +300,7 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
             await _send(send, 500, orjson.dumps({"error": "internal error reading the review"}), close=True)
             return
     finally:
-        if held:
-            state.memory.give(held)
+        held.release()
 
     if answered.outcome == "error":
         log.error("review failed inside the pipeline",
@@ -321,20 +322,44 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     )
 
 
-def _hold(state: AppState, size: int) -> int:
-    """Take `size` bytes of the in-flight memory budget (what was taken), or refuse the review at once (503)."""
-    if size <= 0:
-        return 0
-    if not state.memory.take(size):
-        raise _HTTPProblem(503, "too many large reviews in flight: the webhook's memory budget is taken; retry shortly",
-                           close=True, shed=True)
-    return size
+class _Held:
+    """What one request holds of the in-flight memory budget (taken on the loop and on its reader thread).
+
+    `release` gives it all back once and closes it: a reader still running after its request gave up (a read
+    past the deadline) can take nothing more, so nothing is ever left held.
+    """
+
+    def __init__(self, memory: workers_.MemoryBudget) -> None:
+        self.memory = memory
+        self.amount = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> None:
+        """Hold `size` more bytes, or refuse the request at once (503)."""
+        with self._lock:
+            if size <= 0:
+                return
+            if self._closed or not self.memory.take(size):
+                raise _HTTPProblem(503, "too many large reviews in flight: the webhook's memory budget is taken; "
+                                        "retry shortly", close=True, shed=True)
+            self.amount += size
+
+    def hold_decoded(self, body: bytes, limit: int) -> None:
+        """Hold what decoding `body` may cost (`_decoded_size`) instead of its bytes alone."""
+        self.take(_decoded_size(body, limit) - self.amount)
+
+    def release(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self.amount:
+                self.memory.give(self.amount)
+            self.amount = 0
 
 
-def _decoded_size(state: AppState, body: bytes) -> int:
-    """What `body` may cost decoded (workers.estimated_memory), refused with 413 past `reviewMemoryBytes`."""
+def _decoded_size(body: bytes, limit: int) -> int:
+    """What `body` may cost decoded (workers.estimated_memory), refused with 413 past `limit` (reviewMemoryBytes)."""
     size = workers_.estimated_memory(body)
-    limit = state.settings.review_memory_bytes
     if size > limit:
         raise _HTTPProblem(413, f"the review would take about {size:,} bytes of memory once decoded, more than the "
                                 f"limit of {limit:,} (reviewMemoryBytes); no training job needs that many objects",
@@ -530,8 +555,9 @@ async def job_zone_map(request: Request, state: StateDep) -> Response:
             body = await state.body_deadlines.read(_read_body(request.receive, state.settings.max_body_bytes))
         except BodyDeadlineExceeded:
             raise _HTTPProblem(408, "the request body did not arrive within the deadline") from None
-        held = _hold(state, _decoded_size(state, body))
+        held = _Held(state.memory)
         try:
+            held.hold_decoded(body, state.settings.review_memory_bytes)
             deadline = time.perf_counter() + state.settings.request_deadline_seconds
             work = functools.partial(_job_map, state, body, deadline)
             if state.workers is None:
@@ -540,7 +566,7 @@ async def job_zone_map(request: Request, state: StateDep) -> Response:
             return _json(await asyncio.wait_for(state.workers.decide(MAP_SHARE, work),
                                                 timeout=state.settings.request_deadline_seconds))
         finally:
-            state.memory.give(held)
+            held.release()
     except (TimeoutError, engine.DeadlineExceeded):
         return _json({"error": f"no map within the {state.settings.request_deadline_seconds:g}s deadline"}, 504)
     except workers_.Shed as shed:

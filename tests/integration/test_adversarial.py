@@ -52,6 +52,15 @@ def snapshot_with(tmp: Path, objects: tuple[dict[str, Any], ...]) -> Snapshot:
     return load_snapshot(tmp)
 
 
+def read(state: Any, body: bytes) -> tuple[Any, Any]:
+    """routes._read as a reader thread runs it, holding (and then giving back) the body's memory."""
+    held = routes._Held(state.memory)
+    try:
+        return routes._read(state, "mutate", body, held)
+    finally:
+        held.release()
+
+
 def all_cases() -> Iterator[Case]:
     for seed in SEEDS:
         yield from generators.cases(seed, max_body=MAX_BODY)
@@ -100,7 +109,7 @@ def test_the_warn_namespace_gets_a_warning_and_no_patch_for_a_job_past_the_limit
     case = generators.pod_blowup(random.Random(7))
     review = orjson.loads(case.body)
     settings = Settings(enforcement="warn")
-    _request, answered = routes._read(create_app(settings, StaticStore(snapshot)).state, "mutate", orjson.dumps(review))
+    _request, answered = read(create_app(settings, StaticStore(snapshot)).state, orjson.dumps(review))
     response = orjson.loads(answered.body)["response"]
     assert response["allowed"] is True and "patch" not in response
     assert "enforcement=warn" in response["warnings"][0]
@@ -145,7 +154,7 @@ def test_the_largest_allowed_job_and_every_adversarial_review_stay_inside_the_me
         assert estimated_memory(body) <= budget
 
         def review(body: bytes = body) -> None:
-            _, step = routes._read(state, "mutate", body)
+            _, step = read(state, body)
             if not isinstance(step, routes._Answered):
                 routes._decide(step.prepared, float("inf"))
 
@@ -170,7 +179,7 @@ def test_reviews_past_the_memory_budget_in_flight_are_refused_at_once(tmp_path: 
     state = create_app(settings, StaticStore(snapshot_with(tmp_path, ()))).state
     assert state.memory.take(state.memory.total)  # other reviews hold the whole budget
     with pytest.raises(routes._HTTPProblem) as refused:
-        routes._hold(state, 10_000)
+        routes._Held(state.memory).take(10_000)
     assert refused.value.status == 503 and refused.value.shed
 
 
@@ -242,6 +251,6 @@ def test_an_adversarial_review_never_echoes_the_object(tmp_path: Path) -> None:
     """The refusal names the field and the limit; it does not carry the user's (huge) object back."""
     case = generators.many_replica_types(random.Random(3))
     state = create_app(Settings(), StaticStore(snapshot_with(tmp_path, ()))).state
-    _, answered = routes._read(state, "mutate", case.body)
+    _, answered = read(state, case.body)
     assert len(answered.body) < 2_000
     assert json.loads(answered.body)["response"]["status"]["code"] == 422
