@@ -24,6 +24,10 @@ from tests.chart.rendering import CHART, HelmError, Render, run_helm
     pytest.param(["config.enforcement=audit"], "/config/enforcement", id="enforcement outside deny|warn"),
     pytest.param(["config.policyEnforcement=sometimes"], "/config/policyEnforcement", id="bad policyEnforcement"),
     pytest.param(["config.zoneStrategy=random"], "/config/zoneStrategy", id="bad zoneStrategy"),
+    pytest.param(["config.limits.podsPerJob=0"], "/config/limits/podsPerJob", id="a limit below 1"),
+    pytest.param(["config.limits.podsPerPod=3"], "additional properties 'podsPerPod' not allowed",
+                 id="a misspelt limit is rejected"),
+    pytest.param(["server.decisionWorkers=0"], "/server/decisionWorkers", id="no decision workers"),
     pytest.param(["config.spreadWithinZone=zone"], "/config/spreadWithinZone", id="bad spreadWithinZone"),
     pytest.param(["config.gpuResources=nvidia.com/gpu"], "/config/gpuResources", id="gpuResources must be a list"),
     pytest.param(["webhook.mutating.failurePolicy=Open"], "/webhook/mutating/failurePolicy", id="bad failurePolicy"),
@@ -56,6 +60,10 @@ def test_schema_rejects_bad_values(render: Render, sets: list[str], error: str) 
                  id="grace period not longer than the drain fails"),
     pytest.param({"replicaCount": 2, "podDisruptionBudget": {"minAvailable": 2}}, "minAvailable must be below",
                  id="PDB that can never be satisfied during a drain fails"),
+    pytest.param({"resources": {"limits": {"memory": "256Mi"}}}, "is below 384Mi",
+                 id="a memory limit that cannot hold the cache and the reviews in flight fails"),
+    pytest.param({"resources": {"limits": {"memory": "1Gi"}}, "server": {"reviewMemoryBytes": 536870912}},
+                 "is below 1152Mi", id="the floor follows server.reviewMemoryBytes"),
 ])
 def test_impossible_combinations_fail_with_a_message(render: Render, values: dict[str, Any], error: str) -> None:
     with pytest.raises(HelmError, match=re.escape(error)):
