@@ -7,8 +7,9 @@ pointers to the pod templates it may patch. Pure: no I/O, no Kubernetes client.
 Public API (the engine and HTTP layers use exactly these names):
 
 - `SUPPORTED`: the (apiVersion, kind) pairs understood.
-- `parse_job(raw, *, gpu_resources, namespace="")` → `JobGroup`; raises `UnsupportedKindError`
-  or `InvalidJobError` (every malformed field, with its path), never anything else.
+- `parse_job(raw, *, gpu_resources, namespace="", runtimes=None)` → `JobGroup`; raises
+  `UnsupportedKindError`, `InvalidJobError` (every malformed field, with its path) or, for a TrainJob
+  whose runtime is not among `runtimes`, `MissingRuntimeError`; never anything else.
 - `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (the
   caller's working copy of the job, which it then edits and diffs into a JSON Patch). Idempotent.
 """
@@ -22,7 +23,10 @@ from typing import Any
 from app.jobs import jobset, kubeflow, kubeflow_plain, trainjob
 from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
 from app.jobs.pointers import ensure_object, escape_json_pointer
+from app.jobs.runtimes import MissingRuntimeError
 from app.jobs.templates import is_object, type_name
+from app.jobs.trainjob import unsuspends
+from app.models.cluster import RuntimeKey, TrainingRuntimeInfo
 from app.models.job import JobGroup
 
 __all__ = [
@@ -30,10 +34,12 @@ __all__ = [
     "FieldError",
     "InvalidJobError",
     "JobError",
+    "MissingRuntimeError",
     "UnsupportedKindError",
     "escape_json_pointer",
     "parse_job",
     "prepare_templates",
+    "unsuspends",
 ]
 
 # Each called as parser(raw, gpu_resources=..., namespace=...).
@@ -48,17 +54,26 @@ _PARSERS: Mapping[tuple[str, str], _Parser] = {
 SUPPORTED: frozenset[tuple[str, str]] = frozenset(_PARSERS)
 
 
-def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str = "") -> JobGroup:
+def parse_job(
+    raw: Mapping[str, Any],
+    *,
+    gpu_resources: Sequence[str],
+    namespace: str = "",
+    runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] | None = None,
+) -> JobGroup:
     """The `JobGroup` of a job object as the user submitted it.
 
     Args:
         raw: the job (AdmissionRequest.object), any supported kind.
         gpu_resources: extended resources that count as GPUs (settings `gpuResources`).
         namespace: the AdmissionRequest namespace, used when metadata.namespace is absent.
+        runtimes: the cluster's Trainer runtimes (`Snapshot.training_runtimes`): a TrainJob's pods are
+            composed from the one it names. None: not known, only what the TrainJob says is used.
 
     Raises:
         UnsupportedKindError: apiVersion/kind is not in `SUPPORTED`.
         InvalidJobError: the job is malformed; `.errors` lists every bad field with its path.
+        MissingRuntimeError: a TrainJob names a runtime that is not among `runtimes` (`.ref` names it).
     """
     if type(raw) is not dict and not is_object(raw):
         raise InvalidJobError([FieldError("", f"job must be an object, got {type_name(raw)}")])
@@ -68,6 +83,8 @@ def parse_job(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace
     parser = _PARSERS.get((api_version, kind))
     if parser is None:
         raise UnsupportedKindError(api_version, kind)
+    if parser is trainjob.parse:
+        return trainjob.parse(raw, gpu_resources=tuple(gpu_resources), namespace=namespace, runtimes_by_key=runtimes)
     return parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
 
 
