@@ -172,7 +172,8 @@ def test_the_runtimes_own_placement_is_what_the_group_starts_from() -> None:
     [
         pytest.param({"runtimeRef": {"name": "nope"}}, "ClusterTrainingRuntime nope", id="cluster runtime"),
         pytest.param({"runtimeRef": {"name": "torch-with-dataset-init"}},
-                     "ClusterTrainingRuntime torch-with-dataset-init", id="a namespaced runtime is not a cluster runtime"),
+                     "ClusterTrainingRuntime torch-with-dataset-init",
+                     id="a namespaced runtime is not a cluster runtime"),
         pytest.param({"runtimeRef": {"name": "torch-distributed", "kind": "TrainingRuntime"}},
                      "TrainingRuntime ml/torch-distributed", id="a cluster runtime is not a namespaced one"),
     ],
