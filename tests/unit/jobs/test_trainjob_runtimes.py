@@ -218,3 +218,29 @@ def test_older_override_apis_are_composed_and_named(field: str, entry: dict[str,
     assert group.composed_from == f"ClusterTrainingRuntime torch-distributed via {field}"
     with pytest.raises(jobs.InvalidJobError, match=r"v2\.0/v2\.1"):
         jobs.prepare_templates(copy.deepcopy(job), group)
+
+
+@pytest.mark.parametrize(
+    "base, patch, want",
+    [
+        pytest.param({"nodeSelector": {"a": "1"}}, {"nodeSelector": {"b": "2"}}, {"nodeSelector": {"a": "1", "b": "2"}},
+                     id="maps merge key by key"),
+        pytest.param({"tolerations": [{"key": "a"}]}, {"tolerations": [{"key": "b"}]}, {"tolerations": [{"key": "b"}]},
+                     id="tolerations are replaced whole"),
+        pytest.param({"containers": [{"name": "node", "image": "x"}, {"name": "side"}]},
+                     {"containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}, {"name": "new"}]},
+                     {"containers": [{"name": "node", "image": "x", "env": [{"name": "A", "value": "1"}]},
+                                     {"name": "side"}, {"name": "new"}]},
+                     id="containers merge by name, new ones are appended"),
+        pytest.param({"nodeSelector": {"a": "1", "b": "2"}}, {"nodeSelector": {"a": None}},
+                     {"nodeSelector": {"b": "2"}}, id="null deletes a key"),
+        pytest.param({"affinity": {"nodeAffinity": {"preferred": [1]}}},
+                     {"affinity": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"x": 1}]}}}},
+                     {"affinity": {"nodeAffinity": {"preferred": [1], "required": {"nodeSelectorTerms": [{"x": 1}]}}}},
+                     id="affinity merges down to its atomic lists"),
+    ],
+)
+def test_merge_strategic_follows_the_pod_specs_patch_strategies(base: Any, patch: Any, want: Any) -> None:
+    before = copy.deepcopy(base)
+    assert runtimes.merge_strategic(base, patch) == want
+    assert base == before
