@@ -129,6 +129,13 @@ def describe_key(key: RuntimeKey) -> str:
 
 def copy_json(value: Any) -> Any:
     """A deep copy made of dicts and lists (any Mapping or tuple as read is copied into one)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {k: copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [copy_json(v) for v in value]
     if isinstance(value, Mapping):
         return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -141,9 +148,12 @@ def merge_strategic(base: Any, patch: Any, key: str = "") -> Any:
 
     Maps merge; a null in the patch deletes the key; lists named in MERGE_KEYS merge by their key
     (items without it are appended); every other list, and every scalar, is replaced.
+
+    NB: copy-on-write: what the patch does not touch is shared with `base`, never copied (the
+    runtime's template in the snapshot is read by every review); what it sets is a copy.
     """
     if isinstance(patch, Mapping) and isinstance(base, Mapping):
-        out = {k: copy_json(v) for k, v in base.items()}
+        out = dict(base)
         for k, v in patch.items():
             if v is None:
                 out.pop(k, None)
@@ -156,7 +166,7 @@ def merge_strategic(base: Any, patch: Any, key: str = "") -> Any:
 
 
 def _merge_list(base: list[Any], patch: list[Any], merge_key: str) -> list[Any]:
-    out = [copy_json(item) for item in base]
+    out = list(base)
     for item in patch:
         at = next((i for i, old in enumerate(out) if isinstance(item, Mapping) and isinstance(old, Mapping)
                    and merge_key in item and old.get(merge_key) == item[merge_key]), None)
@@ -265,8 +275,9 @@ def _runtime_jobs(runtime: TrainingRuntimeInfo, errors: list[FieldError], gpu_re
             parallelism = completions
         replicas = read_int(rjob.get("replicas"), join_path(rjob_at, "replicas"), errors, default=1)
         group = read_str(rjob.get("groupName"), join_path(rjob_at, "groupName"), errors, default="default")
+        # NB: shared with the snapshot, never written to: every later step copies what it changes.
         out.append(_Job(name, str(job_labels.get(ANCESTOR_LABEL) or ""), replicas, parallelism, group or "default",
-                        copy_json(template)))
+                        template))
     if not any(j.name for j in out):
         errors.append(FieldError(join_path(at, "replicatedJobs"), "has no replicatedJob"))
     return out
