@@ -68,7 +68,7 @@ def _files(path: Path) -> list[Path]:
 def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> Snapshot:
     """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored."""
     nodes, pods, policies = [], [], []
-    namespaces, groups = {}, {}
+    namespaces, groups, runtimes = {}, {}, {}
     for obj in objects:
         kind = obj.get("kind")
         if kind == "Node":
@@ -83,6 +83,9 @@ def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> 
         elif kind == "CiliumCIDRGroup":
             group = projections.project_cidr_group(obj)
             groups[group.name] = group
+        elif kind in projections.RUNTIME_KINDS:
+            runtime = projections.project_training_runtime(obj)
+            runtimes[(runtime.kind, runtime.namespace, runtime.name)] = runtime
     return Snapshot(
         nodes=tuple(nodes),
         namespaces=MappingProxyType(namespaces),
@@ -90,6 +93,7 @@ def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> 
         policies=tuple(policies),
         cidr_groups=MappingProxyType(groups),
         revision=revision,
+        training_runtimes=MappingProxyType(runtimes),
     )
 
 

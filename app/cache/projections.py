@@ -18,12 +18,14 @@ from app.models.cluster import (
     PodInfo,
     PolicyObject,
     Taint,
+    TrainingRuntimeInfo,
     freeze,
 )
 from app.models.labels import NAMESPACE_NAME_LABEL
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy")
-KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup")
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup", *RUNTIME_KINDS)
 STANDARD_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
 
 
@@ -175,3 +177,24 @@ def project_policy(obj: Mapping[str, Any]) -> PolicyObject:
 def project_cidr_group(obj: Mapping[str, Any]) -> CIDRGroup:
     meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
     return CIDRGroup(name=str(meta.get("name", "")), cidrs=tuple(str(c) for c in _list(spec.get("externalCIDRs"))))
+
+
+def project_training_runtime(obj: Mapping[str, Any]) -> TrainingRuntimeInfo:
+    """A (Cluster)TrainingRuntime: its JobSet template, mlPolicy and podGroupPolicy, nothing else.
+
+    The template keeps its JobSet metadata and spec as written (the pods are composed from it); the
+    runtime's status and managedFields are dropped.
+    """
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    kind = str(obj.get("kind", ""))
+    template = _dict(spec.get("template"))
+    return TrainingRuntimeInfo(
+        kind=kind,
+        name=str(meta.get("name", "")),
+        namespace="" if kind == "ClusterTrainingRuntime" else str(meta.get("namespace", "") or "default"),
+        resource_version=str(meta.get("resourceVersion", "") or ""),
+        labels=_labels(meta),
+        ml_policy=freeze(_dict(spec.get("mlPolicy"))),
+        pod_group_policy=freeze(_dict(spec.get("podGroupPolicy"))),
+        template=freeze({k: v for k, v in template.items() if k in ("metadata", "spec")}),
+    )

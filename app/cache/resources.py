@@ -97,6 +97,20 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
             projections.project_cidr_group,
             optional=True,
         ),
+        Resource(
+            "TrainingRuntime",
+            "trainingruntimes",
+            ("trainer.kubeflow.org/v1alpha1",),
+            projections.project_training_runtime,
+            optional=True,
+        ),
+        Resource(
+            "ClusterTrainingRuntime",
+            "clustertrainingruntimes",
+            ("trainer.kubeflow.org/v1alpha1",),
+            projections.project_training_runtime,
+            optional=True,
+        ),
     )
 
 

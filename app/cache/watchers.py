@@ -36,6 +36,7 @@ from app.models.cluster import Snapshot
 log = logging.getLogger(__name__)
 
 POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
 
 def build_api_client(kubeconfig: str | None, *, pool_size: int) -> client.ApiClient:
@@ -226,7 +227,11 @@ class WatchStore:
             policies=tuple(p for kind in POLICY_KINDS for p in held[kind]),
             cidr_groups=MappingProxyType({v.name: v for v in held["CiliumCIDRGroup"]}),
             revision=f"watch-{self._revision}",
-            missing_kinds=absent,
+            # A cluster without Kubeflow Trainer has no runtime CRDs; no verdict depends on them.
+            missing_kinds=tuple(kind for kind in absent if kind not in RUNTIME_KINDS),
+            training_runtimes=MappingProxyType(
+                {(v.kind, v.namespace, v.name): v for kind in RUNTIME_KINDS for v in held.get(kind, ())}
+            ),
         )
 
     @staticmethod

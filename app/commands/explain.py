@@ -172,7 +172,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         snapshot = load_snapshot(args.cluster)
         raw = read_job(args.job)
         group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=_namespace(raw),
-                               limits=settings.limits)
+                               limits=settings.limits, runtimes=snapshot.training_runtimes)
         decision = engine.decide(group, snapshot, settings)
         patch = patches.build_patch(raw, group, decision, settings) if decision.allowed else []
     except jobs.UnsupportedKindError as e:

@@ -34,6 +34,7 @@ from app.engine.patch_rules import (
     PatchOp,
     already_tolerated,
     copy_pruned,
+    decision_annotation,
     group_label_value,
     hostname_spread,
     is_hostname_spread,
@@ -80,7 +81,7 @@ def build_patch_fast(
     if decision.zone and settings.mode == "pin":
         updates[labels.ZONE_ANNOTATION] = decision.zone
     if decision.summary:
-        updates[labels.DECISION_ANNOTATION] = decision.summary
+        updates[labels.DECISION_ANNOTATION] = decision_annotation(decision, group)
     annotations = metadata.get("annotations", ABSENT)
     if _holds_float(metadata, annotations if type(annotations) is dict else ()):
         return None

@@ -18,6 +18,7 @@ from typing import Any
 
 from app.config import Settings
 from app.models import labels
+from app.models.decision import Decision
 from app.models.job import JobGroup
 
 __all__ = [
@@ -157,3 +158,12 @@ def is_hostname_spread(constraint: Any) -> bool:
     return isinstance(constraint, Mapping) and (
         constraint.get("topologyKey"), constraint.get("whenUnsatisfiable")
     ) == (labels.HOSTNAME_LABEL, "ScheduleAnyway")
+
+
+def decision_annotation(decision: Decision, group: JobGroup) -> str:
+    """The `topoguard.io/decision` value: the decision's summary and, for a job whose pods come from
+    elsewhere (a TrainJob's runtime), where they were composed from: `...; pods from
+    ClusterTrainingRuntime torch-distributed@42 via runtimePatches`."""
+    if not decision.summary or not group.composed_from:
+        return decision.summary
+    return f"{decision.summary}; pods from {group.composed_from}"

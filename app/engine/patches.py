@@ -64,6 +64,7 @@ from app.engine.patch_rules import (
     PatchOp,
     already_tolerated,
     copy_pruned,
+    decision_annotation,
     group_label_value,
     hostname_spread,
     is_hostname_spread,
@@ -229,7 +230,7 @@ def _build_patch_general(
     if decision.zone and settings.mode == "pin":
         annotations[labels.ZONE_ANNOTATION] = decision.zone
     if decision.summary:
-        annotations[labels.DECISION_ANNOTATION] = decision.summary
+        annotations[labels.DECISION_ANNOTATION] = decision_annotation(decision, group)
     old = dict(raw_job)
     ops: list[PatchOp] = []
     if not _unchanged(old, edited):

@@ -324,7 +324,10 @@ def _prepare(
     subject = _subject(obj, kind, namespace, request.name)
     warn = _enforcement(snapshot, namespace, settings) == "warn"
     try:
-        group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits)
+        group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits,
+                               runtimes=snapshot.training_runtimes)
+    except jobs.MissingRuntimeError as e:
+        return done(_missing_runtime(request, subject, kind, e, warn=warn, cache_problem=cache_problem))
     except jobs.UnsupportedKindError as e:
         refusal = responses.refused(uid, code=400, message="topoguard: " + unsupported_message(e))
         return done(Outcome(refusal, "denied", kind, None))
@@ -332,7 +335,8 @@ def _prepare(
         return done(Outcome(_invalid(uid, subject, [str(err) for err in e.errors]), "denied", kind, None))
     except jobs.JobLimitError as e:
         return done(_too_large(uid, subject, kind, [str(err) for err in e.errors], warn=warn))
-    if request.operation == "UPDATE" and _placement_unchanged(request.old_object, group, settings, namespace):
+    if (request.operation == "UPDATE" and not jobs.unsuspends(request.old_object, obj)
+            and _placement_unchanged(request.old_object, group, settings, namespace, snapshot)):
         return done(Outcome(responses.allowed(uid), "unchanged", kind, None))
 
     if cache_problem is not None:
@@ -465,19 +469,40 @@ def _placement(group: JobGroup) -> list[tuple[Any, ...]]:
     for r in group.replicas:
         spec = _mapping(r.template.get("spec"))
         out.append((r.key, r.count, dict(r.gpus), r.ports, r.host_network, r.service_account, dict(r.pod_labels),
-                    dict(r.leader_labels), tuple(spec.get(f) for f in PLACEMENT_SPEC_FIELDS)))
+                    dict(r.leader_labels), tuple(spec.get(f) for f in PLACEMENT_SPEC_FIELDS), r.placement))
     return out
 
 
+def _missing_runtime(
+    request: ReviewRequest, subject: str, kind: str, error: jobs.MissingRuntimeError, *, warn: bool,
+    cache_problem: str | None,
+) -> Outcome:
+    """A TrainJob whose runtime is not in the snapshot: its pods cannot be known, so it is not judged.
+
+    Refused (403, naming the runtime; 503 while the cache is not usable) or, under enforcement `warn`,
+    admitted with a warning. An UPDATE that leaves the spec as it was (a controller's metadata edit) is
+    let through: refusing it would wedge a job whose runtime was deleted after it started.
+    """
+    uid, old = request.uid, request.old_object
+    if request.operation == "UPDATE" and old is not None and (request.obj or {}).get("spec") == old.get("spec"):
+        return Outcome(responses.allowed(uid), "unchanged", kind, None)
+    message = f"topoguard: cannot check {subject}: {cache_problem or error}"
+    if warn:
+        review = responses.allowed(uid, warnings=[message + "; admitted unchecked (enforcement=warn)"])
+        return Outcome(review, "warned", kind, None)
+    code = 503 if cache_problem else 403
+    return Outcome(responses.refused(uid, code=code, message=message), "denied", kind, None)
+
+
 def _placement_unchanged(
-    old: Mapping[str, Any] | None, group: JobGroup, settings: Settings, namespace: str
+    old: Mapping[str, Any] | None, group: JobGroup, settings: Settings, namespace: str, snapshot: Snapshot
 ) -> bool:
     """Whether an UPDATE leaves placement as the old object had it (unparsable old → re-check)."""
     if old is None:
         return False
     try:
         before = jobs.parse_job(old, gpu_resources=settings.gpu_resources, namespace=namespace,
-                                limits=settings.limits)
+                                limits=settings.limits, runtimes=snapshot.training_runtimes)
     except jobs.JobError:
         return False
     return _placement(before) == _placement(group) and before.flows == group.flows

@@ -435,7 +435,8 @@ def job_map(snapshot: Snapshot, settings: Settings, raw: Any) -> dict[str, Any]:
     metadata = raw.get("metadata")
     namespace = str((metadata.get("namespace") if isinstance(metadata, Mapping) else None) or "default")
     try:
-        group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits)
+        group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits,
+                               runtimes=snapshot.training_runtimes)
     except jobs.JobLimitError as e:
         raise _HTTPProblem(422, f"the job is larger than topoguard checks: {e}") from None
     except jobs.JobError as e:

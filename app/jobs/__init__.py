@@ -7,9 +7,10 @@ pointers to the pod templates it may patch. Pure: no I/O, no Kubernetes client.
 Public API (the engine and HTTP layers use exactly these names):
 
 - `SUPPORTED`: the (apiVersion, kind) pairs understood.
-- `parse_job(raw, *, gpu_resources, namespace="", limits=Limits())` → `JobGroup`; raises
-  `UnsupportedKindError`, `InvalidJobError` (every malformed field, with its path) or `JobLimitError`
-  (a job larger than `limits`, checked before its flows are built), never anything else.
+- `parse_job(raw, *, gpu_resources, namespace="", limits=Limits(), runtimes=None)` → `JobGroup`; raises
+  `UnsupportedKindError`, `InvalidJobError` (every malformed field, with its path), `JobLimitError`
+  (a job larger than `limits`, checked before its flows are built) or, for a TrainJob whose runtime is
+  not among `runtimes`, `MissingRuntimeError`; never anything else.
 - `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (the
   caller's working copy of the job, which it then edits and diffs into a JSON Patch). Idempotent.
 """
@@ -26,7 +27,10 @@ from app.jobs import limits as limits_
 from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
 from app.jobs.limits import JobLimitError
 from app.jobs.pointers import ensure_object, escape_json_pointer
+from app.jobs.runtimes import MissingRuntimeError
 from app.jobs.templates import is_object, type_name
+from app.jobs.trainjob import unsuspends
+from app.models.cluster import RuntimeKey, TrainingRuntimeInfo
 from app.models.job import JobGroup
 
 __all__ = [
@@ -35,10 +39,12 @@ __all__ = [
     "InvalidJobError",
     "JobError",
     "JobLimitError",
+    "MissingRuntimeError",
     "UnsupportedKindError",
     "escape_json_pointer",
     "parse_job",
     "prepare_templates",
+    "unsuspends",
 ]
 
 # Each called as parser(raw, gpu_resources=..., namespace=...).
@@ -62,7 +68,12 @@ DEFAULT_LIMITS = Limits()
 
 
 def parse_job(
-    raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str = "", limits: Limits = DEFAULT_LIMITS
+    raw: Mapping[str, Any],
+    *,
+    gpu_resources: Sequence[str],
+    namespace: str = "",
+    limits: Limits = DEFAULT_LIMITS,
+    runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] | None = None,
 ) -> JobGroup:
     """The `JobGroup` of a job object as the user submitted it.
 
@@ -71,11 +82,14 @@ def parse_job(
         gpu_resources: extended resources that count as GPUs (settings `gpuResources`).
         namespace: the AdmissionRequest namespace, used when metadata.namespace is absent.
         limits: the largest job to consider (settings `limits`).
+        runtimes: the cluster's Trainer runtimes (`Snapshot.training_runtimes`): a TrainJob's pods are
+            composed from the one it names. None: not known, only what the TrainJob says is used.
 
     Raises:
         UnsupportedKindError: apiVersion/kind is not in `SUPPORTED`.
         InvalidJobError: the job is malformed; `.errors` lists every bad field with its path.
         JobLimitError: the job is larger than `limits`; `.errors` names each field and limit.
+        MissingRuntimeError: a TrainJob names a runtime that is not among `runtimes` (`.ref` names it).
     """
     if type(raw) is not dict and not is_object(raw):
         raise InvalidJobError([FieldError("", f"job must be an object, got {type_name(raw)}")])
@@ -87,7 +101,10 @@ def parse_job(
         raise UnsupportedKindError(api_version, kind)
     map_key = _REPLICA_MAPS.get((api_version, kind))
     limits_.check_replica_types(limits_.replica_map_size(raw, map_key) if map_key else None, limits)
-    group = parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
+    if parser is trainjob.parse:
+        group = trainjob.parse(raw, gpu_resources=tuple(gpu_resources), namespace=namespace, runtimes_by_key=runtimes)
+    else:
+        group = parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
     limits_.check_group(group, limits)
     return group
 

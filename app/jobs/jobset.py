@@ -164,20 +164,29 @@ def _coordinator_value(spec: Mapping[str, Any], meta: JobMeta, errors: list[Fiel
     return f"{meta.name}-{coordinator['replicatedJob']}-{job_index}-{pod_index}.{subdomain}"
 
 
-def _build_replica(r: _RJob, meta: JobMeta, coordinator: str, coordinator_value: str) -> Replica:
+def pod_labels(
+    jobset_name: str, rjob_name: str, replicas: int, group_name: str, coordinator: str = ""
+) -> dict[str, str]:
+    """The labels the JobSet controller puts on every pod of replicatedJob `rjob_name` (those the same
+    for all its pods; `jobset_name` "" while the apiserver has yet to generate it)."""
     labels = {
-        REPLICATED_JOB_NAME_LABEL: r.name,
-        REPLICATED_JOB_REPLICAS_LABEL: str(r.replicas),
-        GROUP_NAME_LABEL: r.group_name,
+        REPLICATED_JOB_NAME_LABEL: rjob_name,
+        REPLICATED_JOB_REPLICAS_LABEL: str(replicas),
+        GROUP_NAME_LABEL: group_name,
     }
-    if meta.name:
-        labels[JOBSET_NAME_LABEL] = meta.name
-    if coordinator_value:
-        labels[COORDINATOR_LABEL] = coordinator_value
-    if r.replicas == 1:  # one child Job: its index and name are the same for every pod
+    if jobset_name:
+        labels[JOBSET_NAME_LABEL] = jobset_name
+    if coordinator:
+        labels[COORDINATOR_LABEL] = coordinator
+    if replicas == 1:  # one child Job: its index and name are the same for every pod
         labels[JOB_INDEX_LABEL] = "0"
-        if meta.name:
-            labels[BATCH_JOB_NAME_LABEL] = labels[LEGACY_JOB_NAME_LABEL] = f"{meta.name}-{r.name}-0"
+        if jobset_name:
+            labels[BATCH_JOB_NAME_LABEL] = labels[LEGACY_JOB_NAME_LABEL] = f"{jobset_name}-{rjob_name}-0"
+    return labels
+
+
+def _build_replica(r: _RJob, meta: JobMeta, coordinator: str, coordinator_value: str) -> Replica:
+    labels = pod_labels(meta.name, r.name, r.replicas, r.group_name, coordinator_value)
     return make_replica(
         key=r.name,
         role=r.name,

@@ -92,6 +92,7 @@ def read_plain(raw: Any, framework: Framework, gpu_resources: Sequence[str], nam
             "group_selector": group_selector,
             "annotations": meta[2],
             "supports_spread": True,
+            "composed_from": "",
         },
     )
 
@@ -209,6 +210,7 @@ def _build_replica(
             "placement": facts.placement,
             "is_coordinator": is_coordinator,
             "leader_labels": role.leader,
+            "seed": {},
         },
     )
     return replica, framework_port

@@ -1,105 +1,95 @@
 """Adapter for trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2; research §3).
 
-A TrainJob holds no pod template: the pods come from the referenced (Cluster)TrainingRuntime,
-which the job adapter does not read (it is pure; the runtime is another object). What the
-TrainJob itself says is used:
+A TrainJob holds no pod template: its pods are its (Cluster)TrainingRuntime's JobSet template with
+the TrainJob's overrides applied the way Trainer applies them (`runtimes.compose`). The group has one
+replica per replicatedJob of that JobSet, the initializers included (they share the job's volumes and
+zone, but take part in no flow: they finish before the trainer starts). Pods carry the labels the
+JobSet controller sets (`jobset.pod_labels`) and, under coscheduling, `scheduling.x-k8s.io/pod-group`.
 
-- `trainer.numNodes` (default 1) pods of replicatedJob `node`, each with
-  `trainer.resourcesPerNode` (the GPUs);
-- `spec.runtimePatches[]` entries, applied in list order as a strategic merge patch: pod labels
-  and nodeSelector maps merge, tolerations and nodeSelectorTerms are replaced;
-- replicatedJob names: `node` always exists; any other name (`launcher` for MPI runtimes,
-  initializers) is used only when some runtimePatches entry already names it, because the
-  Trainer's validator rejects a patch that names a replicatedJob the runtime lacks. A
-  `launcher` so found marks an MPI runtime (launcher → node over ssh) instead of torch's
-  rendezvous on 29500.
+Flows: torch, JAX and XGBoost rendezvous on `<tj>-node-0-0:29500`, Flux's brokers on 8050; an MPI
+runtime's launcher reaches every node over ssh (the node container's port named `ssh`, else the port
+its readiness or liveness probe checks, else 22); plus the collective traffic between the nodes.
 
-topoguard patches through its own runtimePatches entry (manager `topoguard.io/webhook`),
-appended on the first review and reused afterwards. The CRD prunes topologySpreadConstraints
-there, so `supports_spread` is False.
+When the caller passes the cluster's runtimes, the runtime named by `spec.runtimeRef` must be among
+them (`MissingRuntimeError` otherwise); without them (`runtimes=None`) only what the TrainJob says is
+used (see runtimes.py).
+
+topoguard patches through its own `spec.runtimePatches` entry (manager `topoguard.io/webhook`),
+appended on the first review and reused afterwards. A runtime patch replaces the lists it sets, so a
+new replicatedJob entry of ours starts from the composed pod's tolerations, required node-affinity
+terms and required podAffinity terms (`Replica.seed`): Trainer's merge then yields the runtime's
+entries, every patch's and topoguard's. A TrainJob written for Trainer v2.0/v2.1
+(`podSpecOverrides` / `podTemplateOverrides`) is composed and judged, but not patched (`prepare`
+refuses: that Trainer's CRD would prune a runtimePatches entry). The CRD prunes
+topologySpreadConstraints in a runtime patch, so `supports_spread` is False.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from app.jobs import flows
-from app.jobs.errors import FieldError, InvalidJobError, join_path
+from app.jobs import flows, jobset, runtimes
+from app.jobs.errors import FieldError, InvalidJobError
 from app.jobs.groups import make_replica, read_job_meta
 from app.jobs.pointers import build_pointer, ensure_object
-from app.jobs.templates import (
-    DEFAULT_SERVICE_ACCOUNT,
-    PodFacts,
-    read_int,
-    read_list,
-    read_mapping,
-    read_placement,
-    read_resources_gpus,
-    read_str,
-    read_string_map,
-    type_name,
-)
-from app.models.cluster import ContainerPort
-from app.models.job import Flow, JobGroup, Replica, UserPlacement
-from app.models.labels import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, MANAGER_NAME, REPLICATED_JOB_NAME_LABEL
+from app.jobs.runtimes import LAUNCHER_JOB, NODE_JOB, ComposedJob, Composition, MissingRuntimeError
+from app.jobs.templates import read_mapping, read_pod_template
+from app.models.cluster import RuntimeKey, TrainingRuntimeInfo
+from app.models.job import Flow, JobGroup, Replica
+from app.models.labels import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, MANAGER_NAME
+
+__all__ = ["API_VERSION", "KIND", "MissingRuntimeError", "parse", "prepare", "unsuspends"]
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
 
-NODE_JOB = "node"
-LAUNCHER_JOB = "launcher"
 INITIALIZER_JOBS = frozenset({"dataset-initializer", "model-initializer"})
-# Torch/JAX/XGBoost runtimes: rendezvous on <tj>-node-0-0:29500 (research §3).
-TRAINER_RENDEZVOUS_PORT = 29500
+TRAINER_RENDEZVOUS_PORT = runtimes.FRAMEWORK_PORTS["torch"]
 MAX_RUNTIME_PATCHES = 16  # CRD maxItems of spec.runtimePatches
-
-# JobSet labels on the pods the Trainer's JobSet creates (research §4).
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # coscheduling plugin's label, = the TrainJob name
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 _RJOBS_PATH = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
 
 
-@dataclass
-class _PatchedPod:
-    """The pod template of one replicatedJob after every runtimePatches entry, in order."""
-
-    labels: dict[str, str] = field(default_factory=dict)
-    node_selector: dict[str, str] = field(default_factory=dict)
-    terms: tuple[Mapping[str, Any], ...] = ()
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    service_account: str = ""
-    ours: Any = None  # this replicatedJob's pod template in topoguard's own entry
-    ours_index: int = -1  # its index in our entry's replicatedJobs
-
-
-def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str) -> JobGroup:
-    """The group of a TrainJob; raises InvalidJobError listing every bad field."""
+def parse(
+    raw: Mapping[str, Any],
+    *,
+    gpu_resources: Sequence[str],
+    namespace: str,
+    runtimes_by_key: Mapping[RuntimeKey, TrainingRuntimeInfo] | None = None,
+) -> JobGroup:
+    """The group of a TrainJob; raises InvalidJobError listing every bad field, MissingRuntimeError."""
     errors: list[FieldError] = []
     meta = read_job_meta(raw, namespace, errors)
     spec = read_mapping(raw.get("spec"), "spec", errors)
-    trainer = read_mapping(spec.get("trainer"), "spec.trainer", errors)
-    nodes = read_int(trainer.get("numNodes"), "spec.trainer.numNodes", errors, default=1)
-    gpus = read_resources_gpus(
-        trainer.get("resourcesPerNode"), "spec.trainer.resourcesPerNode", errors, gpu_resources=gpu_resources
-    )
-    ours_at, pods = _read_patches(spec, errors)
+    runtime = None
+    if runtimes_by_key is not None:
+        key = runtimes.runtime_key(spec, meta.namespace, errors)
+        runtime = runtimes_by_key.get(key)
+        if runtime is None and key[2]:
+            raise MissingRuntimeError(runtimes.describe_key(key))
+    composition = runtimes.compose(spec, runtime, errors, gpu_resources=gpu_resources)
+    ours_at, slots = _our_entry(spec)
     existing = spec.get("runtimePatches")
     entry = ours_at if ours_at >= 0 else len(existing) if isinstance(existing, list) else 0
     if errors:
         raise InvalidJobError(errors)
-    names = [NODE_JOB, *(n for n in pods if n != NODE_JOB)]
-    is_mpi = LAUNCHER_JOB in names
-    new_slots = itertools.count(_our_rjob_count(spec, ours_at))
+    # Every part was checked where it was written; what is left is how the parts combine.
+    facts = {j.name: read_pod_template(j.template, f"replicatedJob {j.name} (composed)", errors,
+                                       gpu_resources=gpu_resources) for j in composition.jobs if j.name}
+    if errors:
+        raise InvalidJobError(errors)
+    new_slots = itertools.count(len(slots))
+    coordinator = LAUNCHER_JOB if composition.framework == "mpi" and composition.job(LAUNCHER_JOB) else NODE_JOB
     replicas = []
-    for name in names:
-        pod = pods.get(name) or _PatchedPod()
-        slot = pod.ours_index if pod.ours_index >= 0 else next(new_slots)
-        count = nodes if name == NODE_JOB else 1
-        node_gpus = gpus if name == NODE_JOB else {}
-        replicas.append(_build_replica(name, count, (entry, slot), pod, meta.name, node_gpus, is_mpi))
+    for job in composition.jobs:
+        slot, ours = slots.get(job.name, (next(new_slots), None))
+        path = build_pointer(["spec", "runtimePatches", entry, *_RJOBS_PATH, slot, "template", "spec", "template"])
+        replicas.append(_build_replica(job, composition, facts[job.name], path, ours, meta.name, coordinator))
     members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas if r.key not in INITIALIZER_JOBS]
     return JobGroup(
         api_version=API_VERSION,
@@ -107,22 +97,30 @@ def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: st
         name=meta.name,
         namespace=meta.namespace,
         replicas=tuple(replicas),
-        coordinator=LAUNCHER_JOB if is_mpi else NODE_JOB,
-        flows=tuple(_build_flows(members, is_mpi)),
+        coordinator=coordinator,
+        flows=tuple(_build_flows(members, composition, coordinator)),
         group_selector={JOBSET_NAME_LABEL: meta.name} if meta.name else {},
         annotations=meta.annotations,
         supports_spread=False,
+        composed_from=_describe(composition),
     )
 
 
 def prepare(doc: dict[str, Any], group: JobGroup) -> None:
     """Append (or reuse) topoguard's runtimePatches entry and one replicatedJob per replica.
 
-    A new replicatedJob entry starts from the tolerations and required node affinity the earlier
-    entries set: strategic merge replaces those lists, so whatever the engine writes must keep
-    them (NB: the runtime's own template values are not visible here; see module docstring).
+    A new replicatedJob entry starts from the replica's `seed` (the composed lists a runtime patch
+    replaces), so Trainer's merge keeps the runtime's and the other patches' entries.
+
+    Raises:
+        InvalidJobError: the TrainJob uses Trainer v2.0/v2.1 overrides, or runtimePatches is full.
     """
     spec = ensure_object(doc, "/spec")
+    for old in ("podTemplateOverrides", "podSpecOverrides"):
+        if spec.get(old) is not None:
+            raise InvalidJobError([FieldError(f"spec.{old}", "is the override API of Kubeflow Trainer v2.0/v2.1; "
+                                              "topoguard writes its placement as a runtimePatches entry (Trainer "
+                                              "v2.2+), which that Trainer's CRD would drop")])
     patches = spec.get("runtimePatches")
     if patches is None:
         patches = spec["runtimePatches"] = []
@@ -131,163 +129,124 @@ def prepare(doc: dict[str, Any], group: JobGroup) -> None:
     ours = next((p for p in patches if isinstance(p, dict) and p.get("manager") == MANAGER_NAME), None)
     if ours is None:
         if len(patches) >= MAX_RUNTIME_PATCHES:
-            raise InvalidJobError(
-                [
-                    FieldError(
-                        "spec.runtimePatches",
-                        f"holds {len(patches)} entries, the most the CRD allows; no room for {MANAGER_NAME}",
-                    )
-                ]
-            )
+            message = f"holds {len(patches)} entries, the most the CRD allows; no room for {MANAGER_NAME}"
+            raise InvalidJobError([FieldError("spec.runtimePatches", message)])
         ours = {"manager": MANAGER_NAME}
         patches.append(ours)
     rjobs = _ensure_list(ours, _RJOBS_PATH)
     for replica in group.replicas:
         if not any(isinstance(r, dict) and r.get("name") == replica.key for r in rjobs):
-            rjobs.append({"name": replica.key, "template": {"spec": {"template": {"spec": _seed(replica.placement)}}}})
+            pod_spec = runtimes.copy_json(dict(replica.seed))
+            rjobs.append({"name": replica.key, "template": {"spec": {"template": {"spec": pod_spec}}}})
         template = ensure_object(doc, replica.template_path)
         for part in ("metadata", "spec"):
             if template.get(part) is None:
                 template[part] = {}
 
 
-def _read_patches(spec: Mapping[str, Any], errors: list[FieldError]) -> tuple[int, dict[str, _PatchedPod]]:
-    """(index of our entry or -1, replicatedJob name → its patched pod), validating as it goes."""
-    items = read_list(spec.get("runtimePatches"), "spec.runtimePatches", errors)
-    ours_at = -1
-    pods: dict[str, _PatchedPod] = {}
+def unsuspends(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether an UPDATE flips a TrainJob's `spec.suspend` from true to false (a queue manager admitting
+    it): the pods are about to be created, so the job is judged again whatever else changed."""
+    if old is None or (new.get("apiVersion"), new.get("kind")) != (API_VERSION, KIND):
+        return False
+    old_spec, new_spec = old.get("spec"), new.get("spec")
+    was = isinstance(old_spec, Mapping) and old_spec.get("suspend") is True
+    return was and not (isinstance(new_spec, Mapping) and new_spec.get("suspend") is True)
+
+
+def _our_entry(spec: Mapping[str, Any]) -> tuple[int, dict[str, tuple[int, Any]]]:
+    """(index of our runtimePatches entry or -1, replicatedJob name → (its index there, its pod template))."""
+    items = spec.get("runtimePatches")
+    if not isinstance(items, list):
+        return -1, {}
     for i, item in enumerate(items):
-        path = join_path("spec.runtimePatches", i)
-        if not isinstance(item, Mapping):
-            errors.append(FieldError(path, f"must be an object, got {type_name(item)}"))
-            continue
-        manager = read_str(item.get("manager"), join_path(path, "manager"), errors)
-        if manager == MANAGER_NAME and ours_at < 0:  # list-map keys are unique; the first one counts
-            ours_at = i
-        node: Any = item
-        node_path = path
-        for part in _RJOBS_PATH[:-1]:
-            node_path = join_path(node_path, part)
-            node = read_mapping(node.get(part), node_path, errors)
-        rjobs_path = join_path(node_path, "replicatedJobs")
-        for j, rjob in enumerate(read_list(node.get("replicatedJobs"), rjobs_path, errors)):
-            _apply_rjob_patch(rjob, join_path(rjobs_path, j), j, pods, errors, ours=i == ours_at)
-    return ours_at, pods
+        if isinstance(item, Mapping) and item.get("manager") == MANAGER_NAME:  # list-map keys are unique
+            node: Any = item
+            for part in _RJOBS_PATH:
+                node = node.get(part) if isinstance(node, Mapping) else None
+            slots: dict[str, tuple[int, Any]] = {}
+            for j, rjob in enumerate(node if isinstance(node, list) else []):
+                name = rjob.get("name") if isinstance(rjob, Mapping) else None
+                if isinstance(name, str) and name not in slots:
+                    job_spec = _get(rjob, "template", "spec")
+                    slots[name] = (j, job_spec.get("template") if isinstance(job_spec, Mapping) else None)
+            return i, slots
+    return -1, {}
 
 
-def _apply_rjob_patch(
-    rjob: Any, path: str, index: int, pods: dict[str, _PatchedPod], errors: list[FieldError], *, ours: bool
-) -> None:
-    if not isinstance(rjob, Mapping):
-        errors.append(FieldError(path, f"must be an object, got {type_name(rjob)}"))
-        return
-    name = read_str(rjob.get("name"), join_path(path, "name"), errors)
-    if not name:
-        errors.append(FieldError(join_path(path, "name"), "is required"))
-        return
-    job_template = read_mapping(rjob.get("template"), join_path(path, "template"), errors)
-    job_spec = read_mapping(job_template.get("spec"), join_path(path, "template", "spec"), errors)
-    pod_path = join_path(path, "template", "spec", "template")
-    template = job_spec.get("template")
-    pod_template = read_mapping(template, pod_path, errors)
-    metadata = read_mapping(pod_template.get("metadata"), join_path(pod_path, "metadata"), errors)
-    pod_spec = read_mapping(pod_template.get("spec"), join_path(pod_path, "spec"), errors)
-    pod = pods.setdefault(name, _PatchedPod())
-    pod.labels.update(read_string_map(metadata.get("labels"), join_path(pod_path, "metadata", "labels"), errors))
-    placement = read_placement(pod_spec, join_path(pod_path, "spec"), errors)
-    pod.node_selector.update(placement.node_selector)
-    if _has_required_terms(pod_spec):
-        pod.terms = placement.node_selector_terms
-    if pod_spec.get("tolerations") is not None:
-        pod.tolerations = placement.tolerations
-    account = read_str(pod_spec.get("serviceAccountName"), join_path(pod_path, "spec", "serviceAccountName"), errors)
-    pod.service_account = account or pod.service_account
-    if ours and pod.ours_index < 0:
-        pod.ours = template
-        pod.ours_index = index
-
-
-def _has_required_terms(pod_spec: Mapping[str, Any]) -> bool:
-    affinity = pod_spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    required = (
-        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(node_affinity, Mapping)
-        else None
-    )
-    return isinstance(required, Mapping) and required.get("nodeSelectorTerms") is not None
-
-
-def _our_rjob_count(spec: Mapping[str, Any], ours_at: int) -> int:
-    """How many replicatedJobs our entry already lists (new ones are appended after them)."""
-    if ours_at < 0:
-        return 0
-    node: Any = spec["runtimePatches"][ours_at]
-    for part in _RJOBS_PATH:
+def _get(node: Any, *parts: str) -> Any:
+    for part in parts:
         node = node.get(part) if isinstance(node, Mapping) else None
-    return len(node) if isinstance(node, list) else 0
+    return node
 
 
 def _build_replica(
-    name: str,
-    count: int,
-    where: tuple[int, int],
-    pod: _PatchedPod,
-    job_name: str,
-    gpus: Mapping[str, int],
-    mpi: bool,
+    job: ComposedJob, composition: Composition, facts: Any, path: str, ours: Any, job_name: str, coordinator: str
 ) -> Replica:
-    """`where` = (index of our runtimePatches entry, index of this job in its replicatedJobs)."""
-    entry, slot = where
-    path = build_pointer(["spec", "runtimePatches", entry, *_RJOBS_PATH, slot, "template", "spec", "template"])
-    labels = {REPLICATED_JOB_NAME_LABEL: name}
-    if job_name:
-        labels[JOBSET_NAME_LABEL] = job_name
-    ports = () if mpi or name != NODE_JOB else (ContainerPort(TRAINER_RENDEZVOUS_PORT),)
-    facts = PodFacts(
-        labels=pod.labels,
-        gpus=dict(gpus),
-        ports=(),
-        container_names=(),
-        service_account=pod.service_account or DEFAULT_SERVICE_ACCOUNT,
-        host_network=False,
-        placement=UserPlacement(pod.node_selector, pod.terms, pod.tolerations),
-    )
-    return make_replica(
-        key=name,
-        role=name,
-        count=count,
+    labels = jobset.pod_labels(job_name, job.name, job.replicas, job.group_name)
+    if composition.coscheduling and job_name:
+        labels[POD_GROUP_LABEL] = job_name
+    replica = make_replica(
+        key=job.name,
+        role=job.name,
+        count=job.pods,
         template_path=path,
-        template=pod.ours if isinstance(pod.ours, Mapping) else {},
+        template=ours if isinstance(ours, Mapping) else {},
         facts=facts,
         operator_labels=labels,
         index_label=COMPLETION_INDEX_LABEL,
-        is_coordinator=name == (LAUNCHER_JOB if mpi else NODE_JOB),
-        ports=ports,
+        is_coordinator=job.name == coordinator,
     )
+    return dataclasses.replace(replica, seed=_seed(job.template))
 
 
-def _build_flows(members: list[flows.Member], mpi: bool) -> list[Flow]:
+def _seed(template: Mapping[str, Any]) -> dict[str, Any]:
+    """The composed pod's lists a runtime patch would replace, for a new entry of ours to start from."""
+    spec: dict[str, Any] = {}
+    tolerations = _get(template, "spec", "tolerations")
+    if isinstance(tolerations, list) and tolerations:
+        spec["tolerations"] = runtimes.copy_json(tolerations)
+    terms = _get(template, "spec", "affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
+    if isinstance(terms, list) and terms:
+        spec["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": runtimes.copy_json(terms)}}}
+    pod_terms = _get(template, "spec", "affinity", "podAffinity", REQUIRED)
+    if isinstance(pod_terms, list) and pod_terms:
+        spec.setdefault("affinity", {})["podAffinity"] = {REQUIRED: runtimes.copy_json(pod_terms)}
+    return spec
+
+
+def _ssh_port(composition: Composition) -> int:
+    """The port a node's sshd listens on: a container port named ssh, else the one its probes check, else 22."""
+    node = composition.job(NODE_JOB)
+    containers = _get(node.template, "spec", "containers") if node else None
+    for container in containers if isinstance(containers, list) else []:
+        if not isinstance(container, Mapping):
+            continue
+        for port in container.get("ports") or []:
+            if isinstance(port, Mapping) and port.get("name") == "ssh" and isinstance(port.get("containerPort"), int):
+                return int(port["containerPort"])
+        for probe in ("readinessProbe", "livenessProbe"):
+            number = _get(container, probe, "tcpSocket", "port")
+            if isinstance(number, int) and not isinstance(number, bool):
+                return number
+    return flows.SSH_PORT
+
+
+def _build_flows(members: list[flows.Member], composition: Composition, coordinator: str) -> list[Flow]:
     if not flows.has_peer(members):
         return []
-    if mpi:
-        out = flows.build_launcher(LAUNCHER_JOB, members, flows.SSH_PORT)
+    if composition.framework == "mpi" and coordinator == LAUNCHER_JOB:
+        out = flows.build_launcher(LAUNCHER_JOB, members, _ssh_port(composition))
         return out + flows.build_collective(members, LAUNCHER_JOB)
-    out = flows.build_rendezvous(members, NODE_JOB, TRAINER_RENDEZVOUS_PORT)
+    port = runtimes.FRAMEWORK_PORTS.get(composition.framework)
+    out = flows.build_rendezvous(members, NODE_JOB, port) if port else []
     return out + flows.build_collective(members, NODE_JOB)
 
 
-def _seed(placement: UserPlacement) -> dict[str, Any]:
-    """Pod spec for a new entry: the lists earlier entries set, which ours would otherwise replace."""
-    spec: dict[str, Any] = {}
-    if placement.tolerations:
-        spec["tolerations"] = [copy.deepcopy(dict(t)) for t in placement.tolerations]
-    if placement.node_selector_terms:
-        terms = [copy.deepcopy(dict(t)) for t in placement.node_selector_terms]
-        spec["affinity"] = {
-            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
-        }
-    return spec
+def _describe(composition: Composition) -> str:
+    """For the decision: which runtime was read and which override API the TrainJob uses."""
+    source = composition.source or "the TrainJob alone (runtime not read)"
+    return f"{source} via {composition.overrides or 'runtimePatches'}"
 
 
 def _ensure_list(node: dict[str, Any], parts: Sequence[str]) -> list[Any]:

@@ -116,6 +116,34 @@ class CIDRGroup:
     cidrs: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class TrainingRuntimeInfo:
+    """A Kubeflow Trainer (Cluster)TrainingRuntime, projected to what composing a TrainJob's pods needs.
+
+    `template` is the runtime's `spec.template` (JobSet metadata + JobSetSpec, replicatedJobs with their
+    pod templates), `ml_policy` its `spec.mlPolicy`, `pod_group_policy` its `spec.podGroupPolicy`, all
+    as written (read-only; no status, no managedFields).
+    """
+
+    kind: str  # TrainingRuntime | ClusterTrainingRuntime
+    name: str
+    namespace: str  # "" for ClusterTrainingRuntime
+    resource_version: str
+    labels: Mapping[str, str]
+    ml_policy: Mapping[str, Any]
+    pod_group_policy: Mapping[str, Any]
+    template: Mapping[str, Any]
+
+    @property
+    def ref(self) -> str:
+        """`ClusterTrainingRuntime torch-distributed`, `TrainingRuntime ml/torch` for messages."""
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+# (kind, namespace, name): namespace "" for ClusterTrainingRuntime.
+RuntimeKey = tuple[str, str, str]
+
+
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     """Everything a decision reads, immutable. `revision` changes whenever the content does."""
@@ -128,6 +156,8 @@ class Snapshot:
     revision: str = "0"
     # Which object kinds the source could not provide (e.g. Cilium CRDs not installed).
     missing_kinds: tuple[str, ...] = ()
+    # Kubeflow Trainer runtimes by (kind, namespace, name); see TrainingRuntimeInfo.
+    training_runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] = field(default_factory=lambda: MappingProxyType({}))
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 

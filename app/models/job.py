@@ -47,6 +47,9 @@ class Replica:
     # `training.kubeflow.org/job-role=master` on the coordinator's index-0 pod only). When the
     # replica has one pod they are in `pod_labels` as well.
     leader_labels: Mapping[str, str] = field(default_factory=dict)
+    # Pod spec fields a new override entry of the adapter's own starts from (TrainJob: the lists a
+    # runtime patch replaces, as composed from the runtime and every patch, so none is lost).
+    seed: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def gpus_per_pod(self) -> int:
@@ -81,6 +84,9 @@ class JobGroup:
     annotations: Mapping[str, str]  # the job's own metadata.annotations
     # Whether the kind's CRD keeps topologySpreadConstraints (TrainJob runtimePatches prune them).
     supports_spread: bool = True
+    # Where the pod templates come from when the job holds none (TrainJob: `ClusterTrainingRuntime
+    # torch-distributed@42 via runtimePatches`); "" when the job's own templates are used.
+    composed_from: str = ""
 
     def replica(self, key: str) -> Replica:
         for r in self.replicas:

@@ -146,6 +146,8 @@ def test_rbac_is_read_only(render: Render, events: bool) -> None:
         ("cilium.io", "ciliumnetworkpolicies"): READ_VERBS,
         ("cilium.io", "ciliumclusterwidenetworkpolicies"): READ_VERBS,
         ("cilium.io", "ciliumcidrgroups"): READ_VERBS,
+        ("trainer.kubeflow.org", "trainingruntimes"): READ_VERBS,
+        ("trainer.kubeflow.org", "clustertrainingruntimes"): READ_VERBS,
     }
     if events:
         want |= {("", "events"): {"create"}, ("events.k8s.io", "events"): {"create"}}

@@ -131,6 +131,13 @@ def _collections() -> list[Collection]:
         ),
         Collection("cilium.io/v2", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
         Collection("cilium.io/v2alpha1", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
+        Collection(
+            "trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", namespaced=True, builtin=False
+        ),
+        Collection(
+            "trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes",
+            namespaced=False, builtin=False,
+        ),
     ]
 
 
@@ -646,6 +653,18 @@ def make_cnp(name: str, *, namespace: str = "train", zone: str = "a") -> dict[st
 def make_ccnp(name: str) -> dict[str, Any]:
     return {"apiVersion": "cilium.io/v2", "kind": "CiliumClusterwideNetworkPolicy",
             "metadata": {"name": name}, "spec": {"endpointSelector": {}, "egress": [{"toEntities": ["cluster"]}]}}
+
+
+def make_runtime(name: str, *, namespace: str = "") -> dict[str, Any]:
+    """A (Cluster)TrainingRuntime (namespace "" for the cluster-scoped kind) with one `node` job."""
+    kind = "TrainingRuntime" if namespace else "ClusterTrainingRuntime"
+    pod = {"spec": {"containers": [{"name": "node", "image": "pytorch"}],
+                    "tolerations": [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}]}}
+    ancestor = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    rjob = {"name": "node", "template": {"metadata": {"labels": ancestor}, "spec": {"template": pod}}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
+            "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [rjob]}}}}
 
 
 def make_knp(name: str, *, namespace: str = "train") -> dict[str, Any]:

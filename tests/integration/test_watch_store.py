@@ -29,13 +29,14 @@ from tests.integration.fakeapi import (
     make_namespace,
     make_node,
     make_pod,
+    make_runtime,
     running_store,
     wait_until,
 )
 
 KINDS = (
     "Node", "Namespace", "Pod", "NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy",
-    "CiliumCIDRGroup",
+    "CiliumCIDRGroup", "TrainingRuntime", "ClusterTrainingRuntime",
 )
 
 
@@ -97,6 +98,7 @@ def test_initial_sync_keeps_projections_of_every_kind(api: FakeApiServer, tmp_pa
     api.apply(make_pod("unbound", gpus=2, node="", phase="Pending"))
     knp, cnp, ccnp = api.apply(make_knp("deny-all")), api.apply(make_cnp("zone-a")), api.apply(make_ccnp("egress"))
     api.apply(make_cidr_group("corp", "10.0.0.0/8"))
+    runtime, cluster_runtime = api.apply(make_runtime("torch", namespace="train")), api.apply(make_runtime("torch"))
 
     with running_store(api, tmp_path) as store:
         snapshot = store.snapshot()
@@ -107,10 +109,15 @@ def test_initial_sync_keeps_projections_of_every_kind(api: FakeApiServer, tmp_pa
     assert snapshot.pods == (projections.project_pod(gpu_pod),)
     assert snapshot.policies == tuple(projections.project_policy(p) for p in (knp, cnp, ccnp))
     assert {name: g.cidrs for name, g in snapshot.cidr_groups.items()} == {"corp": ("10.0.0.0/8",)}
+    assert dict(snapshot.training_runtimes) == {
+        ("TrainingRuntime", "train", "torch"): projections.project_training_runtime(runtime),
+        ("ClusterTrainingRuntime", "", "torch"): projections.project_training_runtime(cluster_runtime),
+    }
     assert snapshot.missing_kinds == ()
     assert status.detail == dict.fromkeys(KINDS, "synced")
     assert counts == {"Node": 1, "Namespace": 1, "Pod": 1, "NetworkPolicy": 1, "CiliumNetworkPolicy": 1,
-                      "CiliumClusterwideNetworkPolicy": 1, "CiliumCIDRGroup": 1}
+                      "CiliumClusterwideNetworkPolicy": 1, "CiliumCIDRGroup": 1, "TrainingRuntime": 1,
+                      "ClusterTrainingRuntime": 1}
 
 
 def test_snapshot_holds_projections_only(api: FakeApiServer, tmp_path: Path) -> None:

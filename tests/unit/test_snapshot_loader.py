@@ -272,3 +272,30 @@ def test_unquoted_boolean_label_values_read_as_the_apiserver_would_store_them() 
 def test_empty_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="holds no"):
         load_snapshot(tmp_path)
+
+
+def test_training_runtimes_keep_template_and_policies_only() -> None:
+    pod = {"spec": {"containers": [{"name": "node", "image": "pytorch"}]}}
+    template = {"metadata": {"labels": {"team": "a"}}, "spec": {"replicatedJobs": [{"name": "node", "template": {
+        "spec": {"template": pod}}}]}}
+    cluster_runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch-distributed", "resourceVersion": "42",
+                     "labels": {"trainer.kubeflow.org/framework": "torch"}, "managedFields": [{"manager": "kubectl"}]},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}}, "template": template},
+        "status": {"whatever": True},
+    }
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+               "metadata": {"name": "torch", "namespace": "ml"}, "spec": {"template": template}}
+
+    snapshot = build_snapshot([cluster_runtime, runtime])
+
+    got = {key: (r.ref, r.resource_version, dict(r.labels), dict(r.ml_policy), dict(r.pod_group_policy),
+                 dict(r.template)) for key, r in snapshot.training_runtimes.items()}
+    assert got == {
+        ("ClusterTrainingRuntime", "", "torch-distributed"): (
+            "ClusterTrainingRuntime torch-distributed", "42", {"trainer.kubeflow.org/framework": "torch"},
+            {"numNodes": 1, "torch": {}}, {"volcano": {}}, template),
+        ("TrainingRuntime", "ml", "torch"): ("TrainingRuntime ml/torch", "", {}, {}, {}, template),
+    }
+    assert snapshot.missing_kinds == ()

@@ -21,6 +21,8 @@ def test_every_kind_is_watched_at_its_collection_url() -> None:
         "CiliumNetworkPolicy": ("/apis/cilium.io/v2/ciliumnetworkpolicies", True),
         "CiliumClusterwideNetworkPolicy": ("/apis/cilium.io/v2/ciliumclusterwidenetworkpolicies", True),
         "CiliumCIDRGroup": ("/apis/cilium.io/v2/ciliumcidrgroups", True),
+        "TrainingRuntime": ("/apis/trainer.kubeflow.org/v1alpha1/trainingruntimes", True),
+        "ClusterTrainingRuntime": ("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", True),
     }
 
 

@@ -101,7 +101,8 @@ def test_every_replica_template_carries_the_placement(fixture: str, schema_name:
         if settings.mode == "colocate":
             assert spec["affinity"]["podAffinity"][REQUIRED][0]["topologyKey"] == ZL
         assert ("topologySpreadConstraints" in spec) == group.supports_spread
-    assert patched["metadata"]["annotations"]["topoguard.io/decision"] == "zone-a: 8 GPUs free"
+    where = f"; pods from {group.composed_from}" if group.composed_from else ""
+    assert patched["metadata"]["annotations"]["topoguard.io/decision"] == "zone-a: 8 GPUs free" + where
 
 
 @pytest.mark.parametrize("fixture, schema_name, settings", CASES)

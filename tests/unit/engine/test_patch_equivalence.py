@@ -120,7 +120,7 @@ def reference_build_patch(
     if decision.zone and config.mode == "pin":
         annotations[labels.ZONE_ANNOTATION] = decision.zone
     if decision.summary:
-        annotations[labels.DECISION_ANNOTATION] = decision.summary
+        annotations[labels.DECISION_ANNOTATION] = patch_rules.decision_annotation(decision, group)
     return [op for op in map(_prune_op, reference_diff(dict(raw_job), edited)) if op is not None]
 
 

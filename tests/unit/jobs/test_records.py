@@ -29,6 +29,7 @@ REPLICA = {
     "placement": UserPlacement(**PLACEMENT),
     "is_coordinator": False,
     "leader_labels": {},
+    "seed": {},
 }
 GROUP = {
     "api_version": "kubeflow.org/v1",
@@ -41,6 +42,7 @@ GROUP = {
     "group_selector": {"x": "y"},
     "annotations": {},
     "supports_spread": True,
+    "composed_from": "",
 }
 # Every class app/jobs builds with build_record, with a value for each of its fields.
 BUILT = [(UserPlacement, PLACEMENT), (Replica, REPLICA), (JobGroup, GROUP)]

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from app import jobs
+from app.jobs import jobset
 from app.jobs import trainjob as tjm
 from app.models.job import Flow, JobGroup
 from app.models.labels import MANAGER_NAME
@@ -84,12 +85,7 @@ def test_runtime_patches_merge_in_order_like_strategic_merge() -> None:
         ),
     ]
     node = parse(trainjob(patches=patches)).replica("node")
-    assert dict(node.pod_labels) == {
-        "team": "a",
-        "x": "2",
-        tjm.JOBSET_NAME_LABEL: "tj",
-        tjm.REPLICATED_JOB_NAME_LABEL: "node",
-    }
+    assert dict(node.pod_labels) == {"team": "a", "x": "2", **jobset.pod_labels("tj", "node", 1, "default")}
     assert (dict(node.placement.node_selector), node.placement.tolerations, node.placement.node_selector_terms) == (
         {"disk": "ssd", "pool": "gpu"},
         (TOLERATION,),
