@@ -23,7 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app import engine
 from app.cache.store import Store
 from app.config import Settings
-from app.http import routes
+from app.http import maps, routes
 from app.http.deps import AppState
 from app.metrics import Metrics
 from app.models.cluster import Snapshot
@@ -97,7 +97,7 @@ def _warm(state: AppState, snapshot: Snapshot) -> None:
     """Called for every published snapshot: build the engine's indexes now, not on the first request."""
     # NB: never raise from here: a bad snapshot must not kill the watcher that publishes it.
     try:
-        zones = routes.zone_capacity(
+        zones = maps.zone_capacity(
             snapshot, zone_label=state.settings.zone_label, gpu_resources=state.settings.gpu_resources
         )
         state.metrics.record_zones({zone: info["gpusFree"] for zone, info in zones.items()})
@@ -178,4 +178,5 @@ def create_app(
     api = FastAPI(title="topoguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     api.state.topoguard = state
     api.include_router(routes.router)
+    api.include_router(maps.router)
     return TopoguardApp(api, state)
