@@ -40,6 +40,15 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(default=7 * 1024 * 1024, gt=0)
     request_deadline_seconds: float = Field(default=8.0, gt=0)
     cache_stale_seconds: float = Field(default=120.0, gt=0)
+    # Who may read GET/POST /map (app/http/maps.py): `off` (not served), `loopback` (only on a listener
+    # bound to 127.0.0.1:mapPort, for kubectl port-forward) or `authorized` (on the webhook port, to
+    # callers the cluster authorizes for the non-resource URL /map). The default, here and in
+    # the chart, is `off`: the map shows namespace labels, policy names and selector values, and even
+    # `loopback` shows them to every process sharing the network namespace (a pod's other containers,
+    # everything on a host-network node) and opens a second port that can collide; turning it on is
+    # a choice to make, not a surprise.
+    map_access: Literal["off", "authorized", "loopback"] = "off"
+    map_port: int = Field(default=8444, ge=1, le=65535)
 
     @field_validator("gpu_resources", mode="before")
     @classmethod

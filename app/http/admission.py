@@ -98,9 +98,7 @@ def parse_review(body: Any) -> ReviewRequest:
     """
     if not isinstance(body, Mapping):
         raise BadReview(f"body must be an AdmissionReview object, got {_json_type(body)}")
-    if _nested_deeper_than(body, MAX_NESTING_DEPTH):
-        raise BadReview(f"the review nests objects and arrays more than {MAX_NESTING_DEPTH} levels deep; "
-                        "no Kubernetes object needs that many")
+    check_nesting(body, "the review")
     if body.get("apiVersion") != API_VERSION:
         raise BadReview(f"apiVersion must be {API_VERSION!r}, got {body.get('apiVersion')!r}")
     if body.get("kind") != KIND:
@@ -114,6 +112,17 @@ def parse_review(body: Any) -> ReviewRequest:
     if request.obj is None and request.operation in ("CREATE", "UPDATE"):
         raise BadReview(f"request.object is required for {request.operation}")
     return request
+
+
+def check_nesting(body: Any, what: str) -> None:
+    """Refuse decoded JSON nested more than MAX_NESTING_DEPTH levels (a review, or POST /map's job).
+
+    Raises:
+        BadReview: naming `what` and the limit.
+    """
+    if _nested_deeper_than(body, MAX_NESTING_DEPTH):
+        raise BadReview(f"{what} nests objects and arrays more than {MAX_NESTING_DEPTH} levels deep; "
+                        "no Kubernetes object needs that many")
 
 
 def _validated_request(raw: Mapping[str, Any]) -> ReviewRequest:

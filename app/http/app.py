@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
@@ -28,6 +28,9 @@ from app.http.deps import AppState
 from app.metrics import Metrics
 from app.models.cluster import Snapshot
 from app.tls import CertificateFiles
+
+if TYPE_CHECKING:
+    from app.cache.access import AccessReviewer
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,7 @@ def create_app(
     offload_decisions: bool = True,
     decision_threads: int = DECISION_THREADS,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
+    map_reviewer: AccessReviewer | None = None,
 ) -> TopoguardApp:
     """The webhook application.
 
@@ -140,12 +144,14 @@ def create_app(
         offload_decisions: run decisions on a small thread pool with the deadline (default) or inline.
         decision_threads: size of that pool.
         cert_poll_seconds: how often to look at the certificate files.
+        map_reviewer: checks /map callers' tokens (settings.map_access `authorized`; app.cache.access).
     """
     state = AppState(
         settings=settings,
         store=store,
         metrics=metrics or Metrics(),
         executor=ThreadPoolExecutor(decision_threads, thread_name_prefix="decide") if offload_decisions else None,
+        map_reviewer=map_reviewer,
     )
     if certificates is not None:
         state.metrics.record_certificate(certificates.not_after)

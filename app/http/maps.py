@@ -2,27 +2,39 @@
 (one job's per-zone table).
 
 Kept apart from the review endpoints (routes.py): the map is a debugging surface for people, not the
-apiserver's hot path.
+apiserver's hot path. It shows namespace labels, policy names and selector values, so it is served
+only as `mapAccess` says (`off`: 404; `loopback`: only on the 127.0.0.1 listener; `authorized`: a
+bearer token the cluster authenticates and authorizes for the non-resource URL /map with the
+request's verb, get or post, as app.cache.access documents). Refusals: 401 no or bad token, 403 not
+allowed, 404 not served here, 503 the check itself failed (never served on an error).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from app import engine, jobs, policy
 from app.config import Settings
 from app.engine import capacity
+from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
-from app.http.routes import _enforcement, _HTTPProblem, _json, _read_body
+from app.http.routes import LOGGED_TEXT_CHARS, _enforcement, _HTTPProblem, _json, _read_body
 from app.models.cluster import Snapshot
 from app.models.network import ALL_PORTS, Endpoint, Reason
+
+if TYPE_CHECKING:  # the kubernetes client loads only where it is used
+    from app.cache.access import Access
+
+log = logging.getLogger(__name__)
 
 
 def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...]) -> dict[str, dict[str, int]]:
@@ -126,22 +138,124 @@ def build_map(state: AppState, *, namespace: str | None = None, job: Any = None)
     return out
 
 
+# --- who may read the map (settings.map_access) -----------------------------------------------
+
+MAP_PATH = "/map"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1"})
+# A service-account token is about 1 KB; anything far longer is not a token (401, not sent on).
+MAX_TOKEN_CHARS = 16 * 1024
+
+
+def _bearer_token(header: str | None) -> str | None:
+    scheme, _, token = (header or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN_CHARS:
+        return None
+    return token
+
+
+def access_refusal(access: Access | None, *, mode: str, map_port: int, method: str) -> tuple[int, str] | None:
+    """(HTTP status, message) refusing a /map caller, or None to serve them.
+
+    `access` is the reviewer's answer for an `authorized` caller (None: no token, or no reviewer), or
+    for the other modes None. Pure, so the decision is tested without a server.
+    """
+    if mode == "off":
+        return 404, "/map is not served (mapAccess: off)"
+    if mode == "loopback":
+        return 404, (f"/map is served only on 127.0.0.1:{map_port} (mapAccess: loopback); "
+                     "reach it with kubectl port-forward")
+    if access is None:
+        return 401, "/map needs a bearer token (Authorization: Bearer <token>) the cluster authorizes"
+    if access.verdict == "allowed":
+        return None
+    if access.verdict == "unauthenticated":
+        return 401, f"the bearer token was not accepted: {access.reason}"
+    if access.verdict == "denied":
+        return 403, (f"{access.user or 'the caller'} may not {method.lower()} the non-resource URL /map: "
+                     f"{access.reason}")
+    return 503, f"cannot check access to /map right now: {access.reason}; retry shortly"
+
+
+def _on_map_listener(request: Request, map_port: int) -> bool:
+    host, port = request.scope.get("server") or ("", 0)
+    return port == map_port and host in LOOPBACK_HOSTS
+
+
+async def authorize(request: Request, state: AppState) -> Response | None:
+    """The refusal for this /map request, or None when it may be served. The TokenReview and
+    SubjectAccessReview calls block, so they run on a worker thread, never on the loop."""
+    settings = state.settings
+    mode = settings.map_access
+    access: Access | None = None
+    if mode == "loopback" and _on_map_listener(request, settings.map_port):
+        return None
+    if mode == "authorized":
+        token = _bearer_token(request.headers.get("authorization"))
+        reviewer = state.map_reviewer
+        if token is not None and reviewer is None:
+            return _json({"error": "/map access cannot be checked: no access reviewer (mapAccess: authorized "
+                                   "needs the Kubernetes API)"}, 503)
+        if token is not None and reviewer is not None:
+            access = await asyncio.to_thread(reviewer.review, token, verb=request.method.lower(), path=MAP_PATH)
+    refusal = access_refusal(access, mode=mode, map_port=settings.map_port, method=request.method)
+    if refusal is None:
+        return None
+    status, message = refusal
+    log.info("refused a /map request", extra={"status": status, "user": access.user if access else "",
+                                               "error": message[:LOGGED_TEXT_CHARS]})
+    headers = {"www-authenticate": 'Bearer realm="topoguard"'} if status == 401 else None
+    return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+# --- the routes ----------------------------------------------------------------------------------
+
 router = APIRouter()
 
 
-@router.get("/map")
-def zone_map(state: StateDep, namespace: str | None = None) -> Response:
+@router.get(MAP_PATH)
+async def zone_map(request: Request, state: StateDep, namespace: str | None = None) -> Response:
     """The zone map: zones with nodes, GPU nodes and free GPUs; with ?namespace=, the policies that
     apply there and, per zone, whether the namespace's pods can reach each other.
 
-    A plain `def`: FastAPI runs it on its thread pool, so policy evaluation never blocks the loop.
+    Built on a worker thread (policy evaluation never blocks the loop).
     """
-    return _json(build_map(state, namespace=namespace))
+    refusal = await authorize(request, state)
+    if refusal is not None:
+        return refusal
+    return _json(await run_in_threadpool(functools.partial(build_map, state, namespace=namespace)))
 
 
-@router.post("/map")
+def _job_map_bytes(state: AppState, raw: Any) -> bytes:
+    """POST /map's answer, encoded. Bad input raises _HTTPProblem (4xx), never a 500: the review
+    path's nesting screen (admission.check_nesting), the job adapters' errors (job_map), and numbers
+    JSON cannot carry (an integer past 64 bits, e.g. from a GPU limit of 1e30)."""
+    try:
+        admission.check_nesting(raw, "the job")
+    except admission.BadReview as e:
+        raise _HTTPProblem(400, str(e)) from None
+    try:
+        return orjson.dumps(build_map(state, job=raw))
+    except orjson.JSONEncodeError as e:
+        raise _HTTPProblem(422, f"the job's map cannot be written as JSON: {e}") from None
+
+
+async def decide_job_map(state: AppState, raw: Any) -> bytes:
+    """The one place POST /map's decision runs (on the decision pool).
+
+    TODO(lead, issue 18): the same worker pool, deadline and job limits as reviews.
+    """
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(state.executor, functools.partial(_job_map_bytes, state, raw))
+
+
+@router.post(MAP_PATH)
 async def job_zone_map(request: Request, state: StateDep) -> Response:
     """The zone map for one job (JSON body): per zone GPUs free/needed and every flow's verdict."""
+    refusal = await authorize(request, state)
+    if refusal is not None:
+        return refusal
     try:
         if (request.headers.get("content-type") or "").split(";")[0].strip().lower() != "application/json":
             raise _HTTPProblem(415, "Content-Type must be application/json")
@@ -153,7 +267,6 @@ async def job_zone_map(request: Request, state: StateDep) -> Response:
             raw = orjson.loads(body)
         except orjson.JSONDecodeError as e:
             raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
-        loop = asyncio.get_running_loop()
-        return _json(await loop.run_in_executor(state.executor, functools.partial(build_map, state, job=raw)))
+        return Response(await decide_job_map(state, raw), media_type="application/json")
     except _HTTPProblem as problem:
         return _json({"error": str(problem)}, problem.status)
