@@ -50,6 +50,12 @@ class Settings(BaseModel):
     map_access: Literal["off", "authorized", "loopback"] = "off"
     map_port: int = Field(default=8444, ge=1, le=65535)
 
+    @field_validator("map_access", mode="before")
+    @classmethod
+    def _off_is_not_false(cls, value: Any) -> Any:
+        # NB: YAML 1.1 reads an unquoted `mapAccess: off` as the boolean false.
+        return "off" if value is False else value
+
     @field_validator("gpu_resources", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
