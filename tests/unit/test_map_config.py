@@ -34,3 +34,9 @@ def test_unknown_map_access_is_a_config_error(tmp_path: Path, value: str) -> Non
 def test_map_access_comes_from_the_environment_too() -> None:
     got = load_settings(environ={"TOPOGUARD_MAP_ACCESS": "loopback", "TOPOGUARD_MAP_PORT": "9555"})
     assert (got.map_access, got.map_port) == ("loopback", 9555)
+
+
+def test_an_unquoted_off_in_yaml_is_off(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("mapAccess: off\n")  # YAML 1.1 reads this as the boolean false
+    assert load_settings(config, environ={}).map_access == "off"
