@@ -64,6 +64,21 @@ class Settings(BaseModel):
     # All reviews in flight together may hold twice this; the chart's memory limit is derived from it.
     review_memory_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     limits: Limits = Field(default_factory=Limits)
+    # Who may read GET/POST /map (app/http/maps.py): `off` (not served), `loopback` (only on a listener
+    # bound to 127.0.0.1:mapPort, for kubectl port-forward) or `authorized` (on the webhook port, to
+    # callers the cluster authorizes for the non-resource URL /map). The default, here and in
+    # the chart, is `off`: the map shows namespace labels, policy names and selector values, and even
+    # `loopback` shows them to every process sharing the network namespace (a pod's other containers,
+    # everything on a host-network node) and opens a second port that can collide; turning it on is
+    # a choice to make, not a surprise.
+    map_access: Literal["off", "authorized", "loopback"] = "off"
+    map_port: int = Field(default=8444, ge=1, le=65535)
+
+    @field_validator("map_access", mode="before")
+    @classmethod
+    def _off_is_not_false(cls, value: Any) -> Any:
+        # NB: YAML 1.1 reads an unquoted `mapAccess: off` as the boolean false.
+        return "off" if value is False else value
 
     @field_validator("gpu_resources", mode="before")
     @classmethod

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -22,6 +24,9 @@ from app.config import ConfigError, Settings, load_settings
 from app.http.app import TopoguardApp, create_app
 from app.logs import configure_logging
 from app.tls import CertificateFiles, TLSConfigError, certificate_not_after, generate_self_signed, self_signed_context
+
+if TYPE_CHECKING:
+    from app.cache.access import AccessReviewer
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +84,7 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
         not_after = certificate_not_after(pair.cert_pem)
     store = build_store(args, settings)
     app = create_app(settings, store, certificates=certificates, certificate_not_after=not_after,
-                     offload_decisions=offload_decisions)
+                     offload_decisions=offload_decisions, map_reviewer=build_map_reviewer(args, settings))
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -99,13 +104,53 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
     return WebhookServer(config, app)
 
 
+# --- /map access (mapAccess, app/http/maps.py): the reviewer and the loopback listener -------------
+
+
+def build_map_reviewer(args: argparse.Namespace, settings: Settings) -> AccessReviewer | None:
+    """The TokenReview/SubjectAccessReview checker for `mapAccess: authorized`, else None.
+
+    With `--cluster FILE` there is no API to ask, so `authorized` is refused at startup (a server that
+    could only ever answer 503 on /map would hide the misconfiguration).
+    """
+    if settings.map_access != "authorized":
+        return None
+    if args.cluster:
+        raise ConfigError("mapAccess: authorized asks the cluster (TokenReview, SubjectAccessReview) who may "
+                          "read /map, and --cluster has no API; use mapAccess: loopback or off")
+    from app.cache.access_api import build_access_reviewer  # the kubernetes client loads only when used
+
+    return build_access_reviewer(args.kubeconfig)
+
+
+def listeners(config: uvicorn.Config, settings: Settings) -> list[socket.socket] | None:
+    """The sockets to serve on: None lets uvicorn bind host:port itself; with `mapAccess: loopback`, that
+    socket plus 127.0.0.1:mapPort, the only listener that serves /map (same TLS; not in the Service).
+
+    Raises:
+        OSError: a port cannot be bound.
+    """
+    if settings.map_access != "loopback":
+        return None
+    webhook = config.bind_socket()
+    try:
+        return [webhook, socket.create_server(("127.0.0.1", settings.map_port))]
+    except OSError:
+        webhook.close()
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         settings = load_settings(args.config)
         server = build_server(args, settings)
+        sockets = listeners(server.config, settings)
     except (ConfigError, SnapshotError, TLSConfigError, CacheError) as e:
         print(f"topoguard serve: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        print(f"topoguard serve: cannot listen: {e}", file=sys.stderr)
         return EXIT_USAGE
     log.info("starting", extra={
         "listen": f"{args.host}:{args.port}",
@@ -114,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         "client_ca": args.tls_client_ca or "",
         "mode": settings.mode, "enforcement": settings.enforcement, "zone_label": settings.zone_label,
         "zone_identity_label": settings.zone_identity_label,
+        "map_access": settings.map_access + (f" 127.0.0.1:{settings.map_port}" if sockets else ""),
     })
-    server.run()
+    server.run(sockets=sockets)
     return 0

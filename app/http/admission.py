@@ -116,7 +116,11 @@ def parse_review(body: Any) -> ReviewRequest:
 
 
 def check_nesting(body: Any, what: str) -> None:
-    """Raise BadReview when decoded JSON `body` nests objects and arrays more than MAX_NESTING_DEPTH levels."""
+    """Refuse decoded JSON nested more than MAX_NESTING_DEPTH levels (a review, or POST /map's job).
+
+    Raises:
+        BadReview: naming `what` and the limit.
+    """
     if _nested_deeper_than(body, MAX_NESTING_DEPTH):
         raise BadReview(f"{what} nests objects and arrays more than {MAX_NESTING_DEPTH} levels deep; "
                         "no Kubernetes object needs that many")

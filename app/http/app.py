@@ -14,7 +14,7 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
@@ -22,12 +22,15 @@ from starlette.types import Message, Receive, Scope, Send
 from app import engine
 from app.cache.store import Store
 from app.config import Settings
-from app.http import routes
+from app.http import maps, routes
 from app.http.deps import AppState
 from app.http.workers import READER_THREADS, MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import Snapshot
 from app.tls import CertificateFiles
+
+if TYPE_CHECKING:
+    from app.cache.access import AccessReviewer
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ def _warm(state: AppState, snapshot: Snapshot) -> None:
     """Called for every published snapshot: build the engine's indexes now, not on the first request."""
     # NB: never raise from here: a bad snapshot must not kill the watcher that publishes it.
     try:
-        zones = routes.zone_capacity(
+        zones = maps.zone_capacity(
             snapshot, zone_label=state.settings.zone_label, gpu_resources=state.settings.gpu_resources
         )
         state.metrics.record_zones({zone: info["gpusFree"] for zone, info in zones.items()})
@@ -126,6 +129,7 @@ def create_app(
     certificate_not_after: float | None = None,
     offload_decisions: bool = True,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
+    map_reviewer: AccessReviewer | None = None,
 ) -> TopoguardApp:
     """The webhook application.
 
@@ -138,6 +142,7 @@ def create_app(
         offload_decisions: run reviews on the worker pools, with the deadline and fairness (default), or
             inline on the event loop (benchmarks compare the two).
         cert_poll_seconds: how often to look at the certificate files.
+        map_reviewer: checks /map callers' tokens (settings.map_access `authorized`; app.cache.access).
     """
     deadline = settings.request_deadline_seconds
     workers = Workers(
@@ -146,7 +151,8 @@ def create_app(
         stuck_after_seconds=deadline * STUCK_AFTER_DEADLINES,
         memory=MemoryBudget(READER_THREADS * settings.review_memory_bytes),
     ) if offload_decisions else None
-    state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers)
+    state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers,
+                     map_reviewer=map_reviewer)
     if certificates is not None:
         state.metrics.record_certificate(certificates.not_after)
     elif certificate_not_after is not None:
@@ -178,4 +184,5 @@ def create_app(
     api = FastAPI(title="topoguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     api.state.topoguard = state
     api.include_router(routes.router)
+    api.include_router(maps.router)
     return TopoguardApp(api, state)

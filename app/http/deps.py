@@ -7,7 +7,7 @@ run many apps in one process.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
@@ -18,6 +18,9 @@ from app.http.workers import READER_THREADS, MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import BoundedMemo, Snapshot
 from app.models.decision import Decision
+
+if TYPE_CHECKING:  # the kubernetes client loads only where it is used
+    from app.cache.access import AccessReviewer
 
 # What a request decides on while the cache has not synced: nothing. answer() refuses (or warns) on
 # the cache problem before it looks at the snapshot, so an empty one is never used to place a job.
@@ -42,6 +45,8 @@ class AppState:
     )
     body_deadlines: BodyDeadlines = field(init=False)
     memory: MemoryBudget = field(init=False)  # the reviews in flight (the workers' budget when there are any)
+    # Checks the bearer tokens of /map callers when settings.map_access is `authorized` (app.cache.access).
+    map_reviewer: AccessReviewer | None = None
 
     def __post_init__(self) -> None:
         self.body_deadlines = BodyDeadlines(self.settings.request_deadline_seconds)

@@ -287,3 +287,29 @@ def schedulable_zones(pod_spec: dict[str, Any], nodes: list[dict[str, Any]], zon
         if zone_label in labels:
             zones.add(labels[zone_label])
     return zones
+
+
+# --- /map access -------------------------------------------------------------------------------
+
+MAP_TOKEN = "map-reader-token"
+
+
+@dataclass
+class FakeAccessReviewer:
+    """An app.cache.access.AccessReviewer answering from a table of token -> Access; counts its calls."""
+
+    answers: dict[str, Any] = field(default_factory=dict)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def review(self, token: str, *, verb: str, path: str) -> Any:
+        from app.cache.access import Access
+
+        self.calls.append((token, verb, path))
+        return self.answers.get(token, Access("unauthenticated", reason="token not known"))
+
+
+def map_reader() -> FakeAccessReviewer:
+    """A reviewer that lets MAP_TOKEN (user `alice`) read and post to /map."""
+    from app.cache.access import Access
+
+    return FakeAccessReviewer({MAP_TOKEN: Access("allowed", user="alice")})

@@ -35,7 +35,7 @@ from app.models.cluster import Snapshot
 from app.tls import KeyPair
 from tests.adversarial import generators
 from tests.adversarial.generators import Case
-from tests.integration.conftest import RunningServer, https_client
+from tests.integration.conftest import MAP_TOKEN, RunningServer, https_client, map_reader
 
 LAB_CLUSTER = Path(__file__).resolve().parents[1] / "data" / "clusters" / "lab.yaml"
 SEEDS = (1, 2, 3)
@@ -90,8 +90,9 @@ def check_answer(case: Case, status: int, body: bytes) -> None:
 def test_each_adversarial_review_gets_its_clear_answer_at_once(
     case: Case, serve: Callable[..., RunningServer], server_pair: KeyPair, tmp_path: Path
 ) -> None:
-    settings = Settings(max_body_bytes=MAX_BODY)
-    server = serve(create_app(settings, StaticStore(snapshot_with(tmp_path, case.objects))))
+    # POST /map as an authorized reader would send it (mapAccess: authorized, a reviewer that lets the token in).
+    settings = Settings(max_body_bytes=MAX_BODY, map_access="authorized")
+    server = serve(create_app(settings, StaticStore(snapshot_with(tmp_path, case.objects)), map_reviewer=map_reader()))
     with https_client(server, server_pair) as client:
         started = time.perf_counter()
         got = client.post(case.path, content=case.body, headers=_headers(case))
@@ -101,7 +102,7 @@ def test_each_adversarial_review_gets_its_clear_answer_at_once(
 
 
 def _headers(case: Case) -> dict[str, str]:
-    return {"content-type": "application/json"}
+    return {"content-type": "application/json", "authorization": f"Bearer {MAP_TOKEN}"}
 
 
 def test_the_warn_namespace_gets_a_warning_and_no_patch_for_a_job_past_the_limits(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from app.http.app import create_app, settle_heap
 from app.models.cluster import Snapshot
 from app.tls import KeyPair
 from tests.integration.conftest import (
+    MAP_TOKEN,
     ControlledStore,
     RunningServer,
     admission_review,
@@ -39,6 +40,7 @@ from tests.integration.conftest import (
     client_context,
     https_client,
     load_scenario,
+    map_reader,
     pytorchjob,
     scenario_objects,
 )
@@ -64,6 +66,17 @@ def lab_server(serve: Callable[..., RunningServer], lab_snapshot: Snapshot) -> R
 @pytest.fixture(scope="module")
 def client(lab_server: RunningServer, server_pair: KeyPair) -> Iterator[httpx.Client]:
     with https_client(lab_server, server_pair) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def map_client(
+    serve: Callable[..., RunningServer], lab_snapshot: Snapshot, server_pair: KeyPair
+) -> Iterator[httpx.Client]:
+    """The lab server with `mapAccess: authorized`, and a client holding a token allowed to read the map."""
+    settings = Settings(zone_identity_label="zone", max_body_bytes=BODY_LIMIT_BYTES, map_access="authorized")
+    server = serve(create_app(settings, StaticStore(lab_snapshot), map_reviewer=map_reader()))
+    with https_client(server, server_pair, headers={"authorization": f"Bearer {MAP_TOKEN}"}) as c:
         yield c
 
 
@@ -318,8 +331,8 @@ def test_plain_http_is_not_served(lab_server: RunningServer) -> None:
     assert not data.startswith(b"HTTP/1.1 200")
 
 
-def test_map_lists_zones_with_gpu_capacity(client: httpx.Client) -> None:
-    got = client.get("/map")
+def test_map_lists_zones_with_gpu_capacity(map_client: httpx.Client) -> None:
+    got = map_client.get("/map")
     assert got.status_code == 200
     assert got.json()["zones"] == [
         {"zone": "zone-a", "nodes": 2, "gpuNodes": 2, "gpusFree": 8},
@@ -327,8 +340,8 @@ def test_map_lists_zones_with_gpu_capacity(client: httpx.Client) -> None:
     ]
 
 
-def test_map_for_a_namespace_lists_its_policies_and_open_zones(client: httpx.Client) -> None:
-    got = client.get("/map", params={"namespace": "ml-demo"}).json()["namespace"]
+def test_map_for_a_namespace_lists_its_policies_and_open_zones(map_client: httpx.Client) -> None:
+    got = map_client.get("/map", params={"namespace": "ml-demo"}).json()["namespace"]
     assert [p["policy"] for p in got["policies"]] == [
         "ml-demo/allow-intra-zone-a", "ml-demo/allow-intra-zone-b", "ml-demo/deny-cross-zone-gpu-traffic",
     ]
@@ -342,8 +355,8 @@ def test_map_for_a_namespace_lists_its_policies_and_open_zones(client: httpx.Cli
     )
 
 
-def test_map_for_a_job_gives_the_per_zone_table(client: httpx.Client) -> None:
-    got = client.post("/map", json=pytorchjob())
+def test_map_for_a_job_gives_the_per_zone_table(map_client: httpx.Client) -> None:
+    got = map_client.post("/map", json=pytorchjob())
     assert got.status_code == 200
     job = got.json()["job"]
     assert (job["job"], job["allowed"], job["zone"]) == ("PyTorchJob ml-demo/resnet", True, "zone-a")
@@ -360,8 +373,8 @@ def test_map_for_a_job_gives_the_per_zone_table(client: httpx.Client) -> None:
         pytest.param(orjson.dumps({"apiVersion": "v1", "kind": "Pod"}), 400, id="map of a non-job is a 400"),
     ],
 )
-def test_map_refuses_bad_jobs(client: httpx.Client, body: bytes, status: int) -> None:
-    got = post_raw(client, "/map", body)
+def test_map_refuses_bad_jobs(map_client: httpx.Client, body: bytes, status: int) -> None:
+    got = post_raw(map_client, "/map", body)
     assert got.status_code == status and got.json()["error"]
 
 
@@ -430,12 +443,14 @@ def test_stalled_body_is_refused_at_the_deadline(
 def test_stalled_job_map_body_is_refused_at_the_deadline(
     serve: Callable[..., RunningServer], server_pair: KeyPair, lab_snapshot: Snapshot
 ) -> None:
-    server = serve(create_app(Settings(request_deadline_seconds=0.2), StaticStore(lab_snapshot)))
+    settings = Settings(request_deadline_seconds=0.2, map_access="authorized")
+    server = serve(create_app(settings, StaticStore(lab_snapshot), map_reviewer=map_reader()))
     with (
         socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
         client_context(server_pair).wrap_socket(raw, server_hostname="localhost") as conn,
     ):
         conn.sendall(b"POST /map HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + MAP_TOKEN.encode() + b"\r\n"
                      b"Content-Length: 1000\r\n\r\n{\"apiVersion\":")  # ... and nothing more
         head = conn.recv(4096)  # a server without a body deadline would leave this waiting
     assert head.startswith(b"HTTP/1.1 408")

@@ -66,7 +66,8 @@ def test_serve_with_kubeconfig_is_ready_only_after_sync_and_follows_the_cluster(
     port = free_port()
     log = tmp_path / "serve.log"
     config = tmp_path / "config.yaml"
-    config.write_text("zoneIdentityLabel: zone\n")
+    map_port = free_port()  # mapAccess loopback: /map only on 127.0.0.1:map_port
+    config.write_text(f"zoneIdentityLabel: zone\nmapAccess: loopback\nmapPort: {map_port}\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--kubeconfig", str(api.write_kubeconfig(tmp_path / "kubeconfig")),
          "--self-signed", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)],
@@ -96,10 +97,11 @@ def test_serve_with_kubeconfig_is_ready_only_after_sync_and_follows_the_cluster(
         api.apply(make_node("gpu-c-1", zone="zone-c", gpus=8))
 
         def zone_c_listed() -> bool:
-            _, zone_map = call(port, "/map")
+            _, zone_map = call(map_port, "/map")
             return isinstance(zone_map, dict) and any(z["zone"] == "zone-c" for z in zone_map["zones"])
 
         wait_until(zone_c_listed, timeout=WAIT_SECONDS, what="the new zone on the map")
+        assert status_of(port, "/map") == 404  # not on the webhook port
         _, metrics = call(port, "/metrics")
         assert 'topoguard_zone_free_gpus{zone="zone-c"} 8.0' in str(metrics)
         assert 'topoguard_cache_synced 1.0' in str(metrics)
