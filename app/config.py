@@ -40,6 +40,10 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(default=7 * 1024 * 1024, gt=0)
     request_deadline_seconds: float = Field(default=8.0, gt=0)
     cache_stale_seconds: float = Field(default=120.0, gt=0)
+    # Connections (app/http/server.py): a request head (and the TLS handshake) must arrive within
+    # this time; connections above the cap are answered 503 at once.
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=1000, gt=0)
 
     @field_validator("gpu_resources", mode="before")
     @classmethod
