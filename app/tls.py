@@ -1,7 +1,7 @@
 """Serving certificates: load from files (reloaded when they change), or self-sign in memory.
 
-Owns the server `ssl.SSLContext`: TLS 1.2 minimum (AEAD suites with ECDHE only), ALPN `http/1.1` only (the apiserver's webhook
-client pins HTTP/1.1, kubernetes/kubernetes#82090; never offering h2 also keeps the HTTP/2
+Owns the server `ssl.SSLContext`: TLS 1.2 minimum (ECDHE + AEAD suites only), ALPN `http/1.1`
+only (the apiserver's webhook client pins HTTP/1.1, kubernetes/kubernetes#82090; never offering h2 also keeps the HTTP/2
 rapid-reset class, CVE-2023-44487, off the table), optional client-certificate verification.
 Must not import app.metrics (import-linter "independence"): callers read `not_after` and export it.
 
