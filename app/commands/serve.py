@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         "mode": settings.mode, "enforcement": settings.enforcement, "zone_label": settings.zone_label,
         "zone_identity_label": settings.zone_identity_label,
         "header_timeout_seconds": settings.header_timeout_seconds, "max_connections": settings.max_connections,
+        "open_files_limit": http_server.raise_fd_limit(settings.max_connections),
     })
     server.run()
     return 0

@@ -32,6 +32,7 @@ import asyncio
 import errno
 import functools
 import logging
+import resource
 import select
 import socket
 import ssl
@@ -70,6 +71,9 @@ DRAIN_TICK_SECONDS = 0.05
 THROTTLED_LOG_INTERVAL_SECONDS = 10.0
 # accept(2) failures that mean "out of a resource", which asyncio retries after 1 s.
 RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# File descriptors the process needs besides client connections (listener, logs, certificates, the
+# kubernetes client's watch connections, the decision threads' imports).
+FD_RESERVE = 64
 REFUSAL_BODY = b"too many connections\n"
 REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -132,12 +136,24 @@ class ConnectionGuard:
     accept_errors: ThrottledLog = field(default_factory=lambda: ThrottledLog(
         "accepting connections fails: out of file descriptors or memory (asyncio retries every second)"))
 
+    def flush(self) -> None:
+        """Log what the throttled logs still hold (at shutdown)."""
+        for throttled in (self.cut, self.refused, self.accept_errors):
+            throttled.flush()
+
     def handle_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """The event loop's exception handler: resource errors of accept(2) are counted and logged by
         interval (each would otherwise be one line with a traceback); everything else as asyncio does."""
         exc = context.get("exception")
         if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
             self.accept_errors.record(loop, errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)))
+            return
+        if isinstance(exc, (OSError, ValueError)) and "._start_serving(" in str(context.get("message", "")):
+            # NB: CPython 3.11's accept loop does not stop at EMFILE: it goes on for `backlog`
+            # (2048) attempts, each logged and each scheduling its own retry of the listener one
+            # second later (selector_events._accept_connection). Retries that fire after the
+            # listener closed fail on fd -1; they are the tail of the same accept errors.
+            self.accept_errors.record(loop, errno="listener closed")
             return
         loop.default_exception_handler(context)
 
@@ -235,6 +251,23 @@ class GuardedProtocol(H11Protocol):
         return True
 
 
+def raise_fd_limit(max_connections: int) -> int:
+    """Raise the soft open-files limit to the hard one (as Go's runtime does at start, golang/go#46279)
+    and warn when `maxConnections` does not fit under it; returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, FD_RESERVE + max_connections)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError) as e:
+            log.warning("could not raise the open-files limit", extra={"soft": soft, "hard": hard, "error": str(e)})
+    if soft != resource.RLIM_INFINITY and max_connections + FD_RESERVE > soft:
+        log.warning("maxConnections does not fit under the open-files limit: accept(2) will fail before the cap",
+                    extra={"max_connections": max_connections, "open_files_limit": soft, "reserve": FD_RESERVE})
+    return soft
+
+
 def protocol_for(guard: ConnectionGuard) -> type[GuardedProtocol]:
     """A protocol class bound to one server's guard (uvicorn builds protocols from a class)."""
 
@@ -279,6 +312,7 @@ class WebhookServer(uvicorn.Server):
         if not self.force_exit:
             await self.drain()
         await super().shutdown(sockets=sockets)
+        self.guard.flush()
 
     async def drain(self) -> None:
         """Empty the server before uvicorn's own shutdown runs (it then finds nothing to cut).
