@@ -7,11 +7,18 @@ Every test is bounded (BOUND_SECONDS) and on 127.0.0.1.
 
 from __future__ import annotations
 
+import json
+import os
+import resource
 import select
+import signal
 import socket
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +27,8 @@ from app.cache.store import StaticStore
 from app.config import Settings
 from app.http.app import create_app
 from app.tls import KeyPair
-from tests.integration.conftest import RunningServer, client_context
+from tests.integration.conftest import SCENARIOS, RunningServer, client_context
+from tests.integration.test_server_shutdown import free_port, get
 
 HEADER_TIMEOUT_SECONDS = 0.5
 BOUND_SECONDS = 10.0
@@ -156,3 +164,61 @@ def test_connections_over_the_cap_are_answered_503_at_once(
     finally:
         for conn in held:
             conn.close()
+
+
+def test_accept_errors_at_the_fd_limit_are_logged_once_per_interval(tmp_path: Path) -> None:
+    """A real `topoguard serve` with 96 file descriptors and 150 clients: accept(2) fails with EMFILE
+    (thousands of times: CPython retries it `backlog` times per wakeup), the log gets a few counted
+    lines instead of one per failure, and the server serves again once the clients are gone."""
+    limit = 96
+    port = free_port()
+    log = tmp_path / "serve.log"
+
+    def low_fd_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--cluster", str(SCENARIOS / "_lab-cluster.yaml"), "--self-signed",
+         "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"), preexec_fn=low_fd_limit,
+        env={**os.environ, "TOPOGUARD_MAX_CONNECTIONS": "1000"},
+    )
+    clients: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + BOUND_SECONDS * 2
+        while True:
+            try:
+                if get(port, "/readyz").startswith(b"HTTP/1.1 200"):
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        for _ in range(150):  # the kernel completes these; the server runs out of fds accepting them
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=BOUND_SECONDS))
+        deadline = time.monotonic() + BOUND_SECONDS
+        while b"accepting connections fails" not in log.read_bytes():
+            assert time.monotonic() < deadline, "no accept error logged"
+            time.sleep(0.05)
+        time.sleep(1.5)  # at least one more retry round of the listener
+        for client in clients:
+            client.close()
+        deadline = time.monotonic() + BOUND_SECONDS
+        while True:  # the listener recovers (asyncio retries every second) once fds are free
+            try:
+                if get(port, "/healthz").startswith(b"HTTP/1.1 200"):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the server did not recover"
+            time.sleep(0.1)
+    finally:
+        for client in clients:
+            client.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=BOUND_SECONDS * 3)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    accept = [line for line in lines if line["msg"].startswith("accepting connections fails")]
+    assert 1 <= len(accept) <= 3, accept
+    assert sum(line["count"] for line in accept) == accept[-1]["total"] > len(accept)  # many, counted
+    assert [line for line in lines if line["logger"] == "asyncio"] == []
