@@ -79,6 +79,10 @@ class Settings(BaseModel):
     def _off_is_not_false(cls, value: Any) -> Any:
         # NB: YAML 1.1 reads an unquoted `mapAccess: off` as the boolean false.
         return "off" if value is False else value
+    # Connections (app/http/server.py): a request head (and the TLS handshake) must arrive within
+    # this time; connections above the cap are answered 503 at once.
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=1000, gt=0)
 
     @field_validator("gpu_resources", mode="before")
     @classmethod

@@ -1,7 +1,7 @@
 """Serving certificates: load from files (reloaded when they change), or self-sign in memory.
 
-Owns the server `ssl.SSLContext`: TLS 1.2 minimum, ALPN `http/1.1` only (the apiserver's webhook
-client pins HTTP/1.1, kubernetes/kubernetes#82090; never offering h2 also keeps the HTTP/2
+Owns the server `ssl.SSLContext`: TLS 1.2 minimum (ECDHE + AEAD suites only), ALPN `http/1.1`
+only (the apiserver's webhook client pins HTTP/1.1, kubernetes/kubernetes#82090; never offering h2 also keeps the HTTP/2
 rapid-reset class, CVE-2023-44487, off the table), optional client-certificate verification.
 Must not import app.metrics (import-linter "independence"): callers read `not_after` and export it.
 
@@ -40,6 +40,9 @@ DEFAULT_SERVICE_NAME = "topoguard"
 DEFAULT_NAMESPACE = "topoguard"
 SERVICE_NAME_ENV = "TOPOGUARD_SERVICE_NAME"
 NAMESPACE_ENV = "TOPOGUARD_NAMESPACE"
+# OpenSSL cipher string for TLS 1.2: ECDHE key exchange with AES-GCM or ChaCha20-Poly1305, for ECDSA
+# and RSA certificates (research/perf-rel-sec.md S1; Mozilla's "intermediate" TLS 1.2 list minus DHE).
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL"
 
 
 class TLSConfigError(ValueError):
@@ -126,6 +129,9 @@ def new_server_context(*, client_ca: str | None = None) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_alpn_protocols(["http/1.1"])
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    # TLS 1.2: forward secrecy and AEAD only (no CBC, no RSA key exchange, no SHA-1 MACs).
+    # set_ciphers() configures TLS 1.2 and below only; TLS 1.3's suites (all AEAD) stay as they are.
+    ctx.set_ciphers(TLS12_CIPHERS)
     if client_ca:
         try:
             ctx.load_verify_locations(cafile=client_ca)

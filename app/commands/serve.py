@@ -1,9 +1,10 @@
-"""`topoguard serve`: the admission webhook over HTTPS (wiring: settings, store, TLS, uvicorn).
+"""`topoguard serve`: the admission webhook over HTTPS (wiring: settings, store, TLS, the server).
 
-Graceful shutdown: on SIGTERM uvicorn stops accepting, closes idle keep-alive connections and waits
-up to `SHUTDOWN_GRACE_SECONDS` for in-flight reviews; meanwhile every answer carries
-`Connection: close` and /readyz says 503, so the apiserver's pooled connections (which stick to a
-pod, kubernetes/kubernetes#127335) move to another replica instead of failing.
+The server itself (connection limits, the drain on SIGTERM) is app/http/server.py: on SIGTERM every
+answer carries `Connection: close` and /readyz says 503, so the apiserver's pooled connections
+(which stick to a pod, kubernetes/kubernetes#127335) move to another replica; idle keep-alive
+connections are closed before the listener, and in-flight reviews get up to
+`SHUTDOWN_GRACE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import argparse
 import logging
 import socket
 import sys
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -21,7 +21,9 @@ from app.cache.errors import CacheError
 from app.cache.files import SnapshotError, load_snapshot
 from app.cache.store import StaticStore, Store
 from app.config import ConfigError, Settings, load_settings
-from app.http.app import TopoguardApp, create_app
+from app.http import server as http_server
+from app.http.app import create_app
+from app.http.server import SHUTDOWN_GRACE_SECONDS, WebhookServer
 from app.logs import configure_logging
 from app.tls import CertificateFiles, TLSConfigError, certificate_not_after, generate_self_signed, self_signed_context
 
@@ -31,24 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
-# Below the Helm chart's terminationGracePeriodSeconds (30 s), above the 8 s decision deadline.
-SHUTDOWN_GRACE_SECONDS = 20.0
-# client-go keeps up to 25 idle connections per host and reuses them; 60 s keeps them open
-# between bursts of job submissions, so few reviews pay a TLS handshake.
-KEEP_ALIVE_SECONDS = 60
-
-
-class WebhookServer(uvicorn.Server):
-    """uvicorn's server, telling the app when draining starts (SIGTERM / SIGINT)."""
-
-    def __init__(self, config: uvicorn.Config, app: TopoguardApp) -> None:
-        super().__init__(config)
-        self.topoguard = app
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.topoguard.state.draining = True
-        log.info("shutdown requested: draining", extra={"signal": sig})
-        super().handle_exit(sig, frame)
+__all__ = ["SHUTDOWN_GRACE_SECONDS", "WebhookServer", "build_server", "build_store", "run"]
 
 
 def build_store(args: argparse.Namespace, settings: Settings) -> Store:
@@ -85,23 +70,7 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
     store = build_store(args, settings)
     app = create_app(settings, store, certificates=certificates, certificate_not_after=not_after,
                      offload_decisions=offload_decisions, map_reviewer=build_map_reviewer(args, settings))
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        lifespan="on",
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
-    )
-    config.load()
-    # uvicorn builds its own context only from file paths; ours carries the policy (TLS 1.2+, ALPN
-    # http/1.1, client CA) and is the live object the rotation reloads (Kludex/uvicorn#806).
-    config.ssl = context
-    return WebhookServer(config, app)
+    return http_server.build_server(app, context, settings=settings, host=args.host, port=args.port)
 
 
 # --- /map access (mapAccess, app/http/maps.py): the reviewer and the loopback listener -------------
@@ -160,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         "mode": settings.mode, "enforcement": settings.enforcement, "zone_label": settings.zone_label,
         "zone_identity_label": settings.zone_identity_label,
         "map_access": settings.map_access + (f" 127.0.0.1:{settings.map_port}" if sockets else ""),
+        "header_timeout_seconds": settings.header_timeout_seconds, "max_connections": settings.max_connections,
+        "open_files_limit": http_server.raise_fd_limit(settings.max_connections),
     })
     server.run(sockets=sockets)
     return 0

@@ -22,11 +22,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 import yaml
 
 from app.cache.store import SyncStatus
-from app.commands.serve import WebhookServer
+from app.http import server as http_server
 from app.http.app import TopoguardApp
 from app.models.cluster import Snapshot
 from app.tls import KeyPair, generate_self_signed, self_signed_context
@@ -66,18 +65,21 @@ class ControlledStore:
 
 
 class RunningServer:
-    """One uvicorn server in a background thread; `url` is https://127.0.0.1:PORT."""
+    """One server in a background thread; `url` is https://127.0.0.1:PORT.
 
-    def __init__(self, app: TopoguardApp, context: ssl.SSLContext, **config: object) -> None:
+    Built by `app.http.server.build_server`, the same builder `topoguard serve` uses (protocol,
+    limits, drain, TLS options), so the tests exercise what ships; the server's limits come from
+    the app's settings.
+    """
+
+    def __init__(self, app: TopoguardApp, context: ssl.SSLContext, *, drain_seconds: float = 5.0) -> None:
         self.app = app
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        cfg = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", **config)  # type: ignore[arg-type]
-        cfg.load()
-        cfg.ssl = context
-        self.server = WebhookServer(cfg, app)
+        self.server = http_server.build_server(app, context, settings=app.state.settings, port=self.port,
+                                               drain_seconds=drain_seconds)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     @property
@@ -93,7 +95,10 @@ class RunningServer:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, drain: bool = False) -> None:
+        """Stop the server; without `drain` at once (no idle wait), as most tests do not test it."""
+        if not drain:
+            self.server.drain_seconds = 0.0
         self.server.should_exit = True
         self.thread.join(timeout=30)
         self.sock.close()
@@ -115,8 +120,8 @@ def serve(server_pair: KeyPair) -> Iterator[Callable[..., RunningServer]]:
     """Start a server for an app; every server started this way is stopped at the end of the session."""
     started: list[RunningServer] = []
 
-    def start(app: TopoguardApp, context: ssl.SSLContext | None = None, **config: object) -> RunningServer:
-        server = RunningServer(app, context or self_signed_context(server_pair), **config).start()
+    def start(app: TopoguardApp, context: ssl.SSLContext | None = None, **options: float) -> RunningServer:
+        server = RunningServer(app, context or self_signed_context(server_pair), **options).start()
         started.append(server)
         return server
 

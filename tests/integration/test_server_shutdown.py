@@ -1,4 +1,5 @@
-"""`topoguard serve` as a process: SIGTERM drains in-flight reviews, closes idle connections, exits 0.
+"""`topoguard serve` as a process: SIGTERM drains in-flight reviews, closes idle connections before
+the listener, loses no request under keep-alive load, exits 0.
 
 A subprocess (not a thread) because the test is about the real signal path: uvicorn installs its
 SIGTERM handler only in the main thread of the process it serves from.
@@ -7,12 +8,16 @@ SIGTERM handler only in the main thread of the process it serves from.
 from __future__ import annotations
 
 import json
+import select
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -109,16 +114,17 @@ def test_sigterm_finishes_in_flight_review_with_connection_close(
     assert read_response(idle).startswith(b"HTTP/1.1 200")  # a kept-alive, now idle connection
 
     proc.send_signal(signal.SIGTERM)
+    # Idle keep-alive connections are closed (once idle a moment), not left to time out ...
+    assert idle.recv(65536) == b""
+    idle.close()
     deadline = time.monotonic() + WAIT_SECONDS
-    while True:  # the listener closes first: new connections are refused
+    while True:  # ... and then the listener: new connections are refused
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
         except ConnectionRefusedError:
             break
         assert time.monotonic() < deadline, "still accepting connections after SIGTERM"
         time.sleep(0.02)
-    assert idle.recv(65536) == b""  # idle keep-alive connections are closed, not left to time out
-    idle.close()
 
     in_flight.sendall(body[len(body) // 2:])  # the review that was mid-upload completes
     answer = read_until_closed(in_flight)
@@ -136,3 +142,110 @@ def test_sigterm_finishes_in_flight_review_with_connection_close(
     reviews = [line for line in lines if line["msg"] == "review"]
     assert [r["uid"] for r in reviews] == [review["request"]["uid"]]
     assert {"kind", "object", "operation", "outcome", "zone", "duration_ms"} <= reviews[0].keys()
+
+
+# --- SIGTERM under keep-alive load -------------------------------------------------------------
+
+LOAD_CLIENTS = 6
+LOAD_ANSWERS = 5 * LOAD_CLIENTS  # answered before SIGTERM: every client has reused its connection
+
+
+def seen_closed(conn: ssl.SSLSocket) -> bool:
+    """What Go's transport knows before it reuses an idle connection: its read loop has seen EOF (or
+    any unexpected byte) on it. An idle HTTP/1.1 connection has nothing to read otherwise."""
+    return bool(conn.pending() or select.select([conn], [], [], 0)[0])
+
+
+def read_answer(conn: ssl.SSLSocket) -> tuple[bytes, bytes] | None:
+    """One response (head, body); None when the connection ends first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return head, body
+
+
+@dataclass
+class GoLikeClient:
+    """One apiserver-like client: keeps one connection alive and reuses it, never reuses one it has
+    seen closed or that answered `Connection: close`; after SIGTERM it dials no new connection (the
+    preStop hook has taken the pod out of the Service, so a new connection goes to another replica)."""
+
+    port: int
+    sigterm: threading.Event
+    deadline: float
+    answered: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def run(self) -> None:
+        conn: ssl.SSLSocket | None = None
+        while time.monotonic() < self.deadline:
+            if conn is not None and seen_closed(conn):
+                conn.close()
+                conn = None
+            if conn is None:
+                if self.sigterm.is_set():
+                    return
+                conn = connect(self.port)
+            uid = str(uuid.uuid4())
+            body = orjson.dumps(admission_review(pytorchjob(name=f"sweep-{uid[:8]}"), uid=uid))
+            try:
+                conn.sendall(b"POST /mutate HTTP/1.1\r\nHost: topoguard\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                answer = read_answer(conn)
+            except OSError as e:
+                answer = None
+                self.failures.append(f"{uid}: {e!r}")
+            if answer is None:
+                self.failures.append(f"{uid}: connection ended without an answer")
+                conn.close()
+                return
+            head, payload = answer
+            if not head.startswith(b"HTTP/1.1 200"):
+                self.failures.append(f"{uid}: {head.splitlines()[0]!r}")
+            check_review_envelope(json.loads(payload), uid)
+            self.answered.append(uid)
+            if b"connection: close" in head.lower():
+                conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_sigterm_under_keep_alive_load_loses_no_request(
+    server_process: tuple[subprocess.Popen[bytes], int, Path], run: int,
+) -> None:
+    proc, port, log = server_process
+    sigterm = threading.Event()
+    clients = [GoLikeClient(port, sigterm, time.monotonic() + WAIT_SECONDS) for _ in range(LOAD_CLIENTS)]
+    threads = [threading.Thread(target=client.run, daemon=True) for client in clients]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while sum(len(c.answered) for c in clients) < LOAD_ANSWERS and time.monotonic() < deadline:
+        time.sleep(0.02)
+    before = sum(len(c.answered) for c in clients)
+    sigterm.set()
+    proc.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=WAIT_SECONDS)
+    assert not any(thread.is_alive() for thread in threads)
+    assert proc.wait(timeout=WAIT_SECONDS) in (0, -signal.SIGTERM)
+
+    assert [f for c in clients for f in c.failures] == []
+    answered = [uid for c in clients for uid in c.answered]
+    assert before >= LOAD_ANSWERS  # there was load: the connections were kept alive and reused
+    # Every review the server decided was answered, and every answer was a review it logged.
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    assert sorted(line["uid"] for line in lines if line["msg"] == "review") == sorted(answered)

@@ -133,6 +133,51 @@ def test_tls_1_2_and_1_3_are_accepted(server: RunningServer, server_pair: KeyPai
         assert conn.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
 
 
+def tls_1_2_client(server_pair: KeyPair, ciphers: str) -> ssl.SSLContext:
+    ctx = client_context(server_pair)
+    ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(ciphers)
+    return ctx
+
+
+@pytest.mark.parametrize(
+    "suite",
+    [pytest.param("ECDHE-ECDSA-AES128-SHA", id="CBC with SHA-1"),
+     pytest.param("ECDHE-ECDSA-AES256-SHA384", id="CBC with SHA-384"),
+     pytest.param("ECDHE-ECDSA-AES128-SHA256", id="CBC with SHA-256")],
+)
+def test_tls_1_2_refuses_cbc_suites(server: RunningServer, server_pair: KeyPair, suite: str) -> None:
+    # Control: the same client completes the handshake with a server that still allows the suite.
+    permissive = self_signed_context(server_pair)
+    permissive.set_ciphers("ALL")
+    assert memory_handshake(permissive, tls_1_2_client(server_pair, suite)) == "TLSv1.2"
+    with pytest.raises(ssl.SSLError) as refused:
+        tls_connect(server.port, tls_1_2_client(server_pair, suite)).close()
+    assert refused.value.reason in ("SSLV3_ALERT_HANDSHAKE_FAILURE", "NO_SHARED_CIPHER", "UNEXPECTED_EOF_WHILE_READING")
+
+
+@pytest.mark.parametrize(
+    "suite",
+    [pytest.param("ECDHE-ECDSA-AES128-GCM-SHA256", id="AES-128-GCM"),
+     pytest.param("ECDHE-ECDSA-AES256-GCM-SHA384", id="AES-256-GCM"),
+     pytest.param("ECDHE-ECDSA-CHACHA20-POLY1305", id="ChaCha20-Poly1305")],
+)
+def test_tls_1_2_accepts_aead_suites(server: RunningServer, server_pair: KeyPair, suite: str) -> None:
+    with tls_connect(server.port, tls_1_2_client(server_pair, suite)) as conn:
+        cipher = conn.cipher()
+        assert conn.version() == "TLSv1.2"
+        assert cipher is not None and cipher[0] == suite
+
+
+def test_tls_1_3_suites_are_unchanged(server: RunningServer, server_pair: KeyPair) -> None:
+    ctx = client_context(server_pair)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    with tls_connect(server.port, ctx) as conn:
+        cipher = conn.cipher()
+        assert cipher is not None and cipher[0] in {"TLS_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256",
+                                                    "TLS_CHACHA20_POLY1305_SHA256"}
+
+
 @pytest.mark.parametrize(
     "offered, want",
     [

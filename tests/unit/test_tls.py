@@ -113,6 +113,16 @@ def test_server_context_refuses_tls_1_1_and_offers_only_http_1_1(pair: tls.KeyPa
     assert client.selected_alpn_protocol() == "http/1.1"
 
 
+def test_server_context_offers_only_aead_suites_with_forward_secrecy_under_tls_1_2(pair: tls.KeyPair) -> None:
+    suites = {c["name"]: c for c in tls.self_signed_context(pair).get_ciphers()}
+    tls12 = [c for c in suites.values() if c["protocol"] == "TLSv1.2"]
+    assert tls12, "TLS 1.2 must still be offered"
+    assert all(c["aead"] and c["kea"] == "kx-ecdhe" for c in tls12), sorted(suites)
+    assert {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256",
+            "ECDHE-ECDSA-CHACHA20-POLY1305"} <= suites.keys()
+    assert {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"} <= suites.keys()
+
+
 def test_client_ca_requires_a_client_certificate(pair: tls.KeyPair, tmp_path: Path) -> None:
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(pair.cert_pem)
