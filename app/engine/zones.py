@@ -73,7 +73,7 @@ def _match_class(placement: UserPlacement, cls: NodeClass, per_node_keys: frozen
     """The class's nodes the placement admits: the whole class, a node-by-node subset, or None."""
     if nodes.selects_by_name(placement) or nodes.selector_label_keys(placement) & per_node_keys:
         picked = [n for n in cls.nodes if nodes.match_placement(placement, n.labels, n.name)]
-        return Pool.of(picked) if picked else None
+        return Pool.of(picked, owner=cls.pool.owner) if picked else None
     return cls.pool if nodes.match_placement(placement, cls.labels, "") else None
 
 
