@@ -40,6 +40,12 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(default=7 * 1024 * 1024, gt=0)
     request_deadline_seconds: float = Field(default=8.0, gt=0)
     cache_stale_seconds: float = Field(default=120.0, gt=0)
+    # Round 2 (DESIGN.md "Busy is not blocked"): a job that fits no zone's free GPUs now waits
+    # Pending in its best open zone (`wait`) or is refused (`refuse`, round 1's behaviour).
+    capacity_policy: Literal["wait", "refuse"] = "wait"
+    # Whether the apiserver runs the ExtendedResourceToleration admission plugin (GKE does), which
+    # makes every pod that requests a GPU resource tolerate a taint with that resource's name.
+    extended_resource_toleration: bool = False
 
     @field_validator("gpu_resources", mode="before")
     @classmethod

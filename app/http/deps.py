@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from app.cache.store import Store, SyncStatus
 from app.config import Settings
 from app.http.deadlines import BodyDeadlines
+from app.http.inflight import InFlight
 from app.metrics import Metrics
 from app.models.cluster import BoundedMemo, Snapshot
 from app.models.decision import Decision
@@ -41,6 +42,8 @@ class AppState:
         default_factory=lambda: BoundedMemo(DECISION_METRICS_KEPT)
     )
     body_deadlines: BodyDeadlines = field(init=False)
+    # This replica's in-flight reservations (jobs admitted, not yet in its watch): http/inflight.py.
+    in_flight: InFlight = field(default_factory=InFlight)
 
     def __post_init__(self) -> None:
         self.body_deadlines = BodyDeadlines(self.settings.request_deadline_seconds)

@@ -174,7 +174,7 @@ def _prepare(
     snapshot, problem = state.snapshot()
     taken.append(snapshot)  # for the deadline answer, which reads the namespace's enforcement label
     return admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
-                             cache_problem=problem)
+                             cache_problem=problem, in_flight=state.in_flight)
 
 
 def _answer(

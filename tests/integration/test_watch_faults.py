@@ -27,6 +27,7 @@ from tests.integration.fakeapi import (
 )
 
 CILIUM_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "CiliumCIDRGroup")
+WATCHED_KINDS = 15  # 7 kinds the decision reads + the 8 training-job kinds of the reservation ledger
 
 
 @pytest.fixture
@@ -140,8 +141,8 @@ def test_dropped_connection_resumes_from_the_last_resource_version(api: FakeApiS
     with running_store(api, tmp_path) as store:
         last = api.apply(make_node("gpu-a-2"))
         wait_until(lambda: node_names(store) == ["gpu-a-1", "gpu-a-2"], what="the second node")
-        wait_until(lambda: api.open_watches() == 7, what="every watch open")
-        assert api.drop_watches() == 7
+        wait_until(lambda: api.open_watches() == WATCHED_KINDS, what="every watch open")
+        assert api.drop_watches() == WATCHED_KINDS
         api.apply(make_node("gpu-a-3"))
         wait_until(lambda: node_names(store) == ["gpu-a-1", "gpu-a-2", "gpu-a-3"], what="the node added while cut")
         status = store.status()
@@ -280,9 +281,9 @@ def test_stop_ends_every_thread(
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     store = WatchStore(Settings(), kubeconfig=str(kubeconfig), tuning=tuning)
     asyncio.run(store.start())
-    wait_until(lambda: store.status().synced and api.open_watches() == 7, what="every watch open")
+    wait_until(lambda: store.status().synced and api.open_watches() == WATCHED_KINDS, what="every watch open")
     prepare(api)
-    wait_until(lambda: len(_threads() - before) == 8, what="the threads running")
+    wait_until(lambda: len(_threads() - before) == WATCHED_KINDS + 1, what="the threads running")
 
     asyncio.run(store.stop())  # watch timeouts are 300 s: only cutting the sockets ends these threads
 
