@@ -24,6 +24,7 @@ from tests.chart.rendering import CHART, HelmError, Render, run_helm
     pytest.param(["config.enforcement=audit"], "/config/enforcement", id="enforcement outside deny|warn"),
     pytest.param(["config.policyEnforcement=sometimes"], "/config/policyEnforcement", id="bad policyEnforcement"),
     pytest.param(["config.zoneStrategy=random"], "/config/zoneStrategy", id="bad zoneStrategy"),
+    pytest.param(["config.capacityPolicy=later"], "/config/capacityPolicy", id="bad capacityPolicy"),
     pytest.param(["config.spreadWithinZone=zone"], "/config/spreadWithinZone", id="bad spreadWithinZone"),
     pytest.param(["config.gpuResources=nvidia.com/gpu"], "/config/gpuResources", id="gpuResources must be a list"),
     pytest.param(["webhook.mutating.failurePolicy=Open"], "/webhook/mutating/failurePolicy", id="bad failurePolicy"),

@@ -321,8 +321,8 @@ def test_map_lists_zones_with_gpu_capacity(client: httpx.Client) -> None:
     got = client.get("/map")
     assert got.status_code == 200
     assert got.json()["zones"] == [
-        {"zone": "zone-a", "nodes": 2, "gpuNodes": 2, "gpusFree": 8},
-        {"zone": "zone-b", "nodes": 2, "gpuNodes": 0, "gpusFree": 0},
+        {"zone": "zone-a", "nodes": 2, "gpuNodes": 2, "gpusFree": 8, "gpusReserved": 0},
+        {"zone": "zone-b", "nodes": 2, "gpuNodes": 0, "gpusFree": 0, "gpusReserved": 0},
     ]
 
 
