@@ -160,7 +160,17 @@ def project_pod(obj: Mapping[str, Any]) -> PodInfo:
         ports=container_ports(_list(spec.get("containers"))),
         host_network=_flag(spec.get("hostNetwork")),
         ips=ips,
+        owner=_controller(meta),
     )
+
+
+def _controller(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """(kind, name) of the object's controller ownerReference (the Kubeflow operators own their pods)."""
+    for ref in _list(meta.get("ownerReferences")):
+        ref = _dict(ref)
+        if ref.get("controller") is True:
+            return (str(ref.get("kind", "")), str(ref.get("name", "")))
+    return ("", "")
 
 
 def project_policy(obj: Mapping[str, Any]) -> PolicyObject:

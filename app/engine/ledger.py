@@ -9,8 +9,10 @@ replicas agree without talking to each other.
 A job's pods are told apart by the operators' own labels: `training.kubeflow.org/job-name` (with
 `training.kubeflow.org/operator-name` naming the kind's operator, when the pod carries it) for the
 Kubeflow kinds, `jobset.sigs.k8s.io/jobset-name` for JobSet and TrainJob (Trainer creates a JobSet
-named after the TrainJob). A job deleted before its pods appear reserves nothing (it is no longer
-stored); pods that outlive their job still count as bound.
+named after the TrainJob); or by their controller ownerReference naming the job (the Kubeflow
+operators own their pods directly; JobSet pods are owned by a batch Job, hence the label). A job
+deleted before its pods appear reserves nothing (it is no longer stored); pods that outlive their
+job still count as bound.
 
 The stored part (`Ledger`) is built once per snapshot. What one decision counts (`Reserved`) is that
 ledger without the job under review (its own reservation, on a re-review) plus the replica's
@@ -67,16 +69,21 @@ class Ledger:
 
 
 def _bound_by_job(pods: Iterable[PodInfo], label_keys: frozenset[str]) -> dict[tuple[str, str, str], list[PodInfo]]:
-    """Bound pods per (namespace, label key, value) for the operators' job-name labels."""
+    """Bound pods per (namespace, label key, value) for the operators' job-name labels, and per
+    (namespace, OWNER_PREFIX + kind, name) for the pods whose controller is the job itself."""
     out: dict[tuple[str, str, str], list[PodInfo]] = defaultdict(list)
     for pod in pods:
         if not pod.node_name or pod.terminal:
             continue
-        for key in label_keys:
-            value = pod.labels.get(key)
-            if value:
-                out[(pod.namespace, key, value)].append(pod)
+        keys = [(key, value) for key in label_keys if (value := pod.labels.get(key))]
+        if pod.owner[0]:
+            keys.append((OWNER_PREFIX + pod.owner[0], pod.owner[1]))
+        for key, value in keys:
+            out[(pod.namespace, key, value)].append(pod)
     return out
+
+
+OWNER_PREFIX = "owner:"  # the controller ownerReference's kind, in `_bound_by_job`'s keys
 
 
 def _belongs(pod: PodInfo, job: JobInfo) -> bool:
@@ -98,10 +105,11 @@ def build_ledger(
     holds: list[Hold] = []
     for job in holding:
         bound: dict[str, int] = defaultdict(int)
-        for pod in pods.get((job.namespace, job.pod_label, job.name), ()):
-            if _belongs(pod, job):
-                for resource, count in pod.requests.items():
-                    bound[resource] += count
+        by_label = [p for p in pods.get((job.namespace, job.pod_label, job.name), ()) if _belongs(p, job)]
+        by_owner = pods.get((job.namespace, OWNER_PREFIX + job.kind, job.name), [])
+        for pod in {id(p): p for p in (*by_label, *by_owner)}.values():  # a pod matched both ways counts once
+            for resource, count in pod.requests.items():
+                bound[resource] += count
         left = {r: job.demand.get(r, 0) - bound[r] for r in gpu_resources}
         left = {r: n for r, n in left.items() if n > 0}
         if left:

@@ -83,6 +83,7 @@ class PodInfo:
     ports: tuple[ContainerPort, ...]
     host_network: bool
     ips: tuple[str, ...]
+    owner: tuple[str, str] = ("", "")  # (kind, name) of its controller ownerReference, when it has one
 
     @property
     def terminal(self) -> bool:

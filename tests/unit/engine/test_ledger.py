@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -89,6 +90,9 @@ def reserved(jobs: list[JobInfo], pods: list[PodInfo] = ()) -> dict[str, int]:  
                      id="a job deleted before its pods appear reserves nothing (its pods still count as bound)"),
         pytest.param([pytorchjob("mine")], [job_pod("mine", 0, operator="tfjob-controller")],
                      {"PyTorchJob research/mine": 12}, id="a TFJob's pods of the same name are not the PyTorchJob's"),
+        pytest.param([pytorchjob("owned")], [dataclasses.replace(make_pod("owned-worker-0", namespace=NS,
+                     node="a100-a-1", gpus=4), owner=("PyTorchJob", "owned"))],
+                     {"PyTorchJob research/owned": 8}, id="a pod the job controls is its pod, labels or not"),
         pytest.param([pytorchjob("ended")], [job_pod("ended", 0, phase="Succeeded")],
                      {"PyTorchJob research/ended": 12}, id="a terminal pod holds nothing"),
     ],
