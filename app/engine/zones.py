@@ -113,8 +113,10 @@ def _blocking(
 
 
 # NB: what the apiserver's ExtendedResourceToleration admission plugin adds to a pod that requests
-# an extended resource (plugin/pkg/admission/extendedresourcetoleration): a toleration per
-# resource name, operator Exists, effect NoSchedule. GKE enables the plugin; upstream does not.
+# an extended resource (plugin/pkg/admission/extendedresourcetoleration, kubernetes/kubernetes#55839):
+# "when enabled, automatically adds a toleration with key <resource>, operator Exists and effect
+# NoSchedule". It is not in the kube-apiserver's default-enabled plugins, hence the default `false`
+# (config.extended_resource_toleration); GKE enables it, so GKE users set it.
 def implied_tolerations(replica: Replica) -> tuple[Mapping[str, Any], ...]:
     """The tolerations the plugin gives every pod of `replica` (one per GPU resource it requests)."""
     return tuple(
