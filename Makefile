@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help install test lint demo bench chart-lint e2e clean
+.PHONY: help install test fuzz lint demo bench chart-lint e2e clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ install: $(STAMP) ## create .venv and install topoguard with its dev extras
 
 test: $(STAMP) ## unit + integration tests (real uvicorn + TLS on 127.0.0.1)
 	$(BIN)/pytest -q
+
+fuzz: $(STAMP) ## the property tests with fresh random examples (test runs them derandomized)
+	TOPOGUARD_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -p no:cacheprovider -m "not e2e" $$(grep -rl "from hypothesis" tests/unit tests/integration)
 
 lint: $(STAMP) ## ruff, mypy --strict on app/, import-linter layer contracts
 	$(BIN)/ruff check app tests bench

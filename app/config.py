@@ -83,6 +83,12 @@ class Settings(BaseModel):
     # this time; connections above the cap are answered 503 at once.
     header_timeout_seconds: float = Field(default=10.0, gt=0)
     max_connections: int = Field(default=1000, gt=0)
+    # Round 2 (DESIGN.md "Busy is not blocked"): a job that fits no zone's free GPUs now waits
+    # Pending in its best open zone (`wait`) or is refused (`refuse`, round 1's behaviour).
+    capacity_policy: Literal["wait", "refuse"] = "wait"
+    # Whether the apiserver runs the ExtendedResourceToleration admission plugin (GKE does), which
+    # makes every pod that requests a GPU resource tolerate a taint with that resource's name.
+    extended_resource_toleration: bool = False
 
     @field_validator("gpu_resources", mode="before")
     @classmethod

@@ -61,6 +61,11 @@ class Metrics:
         self.zone_free_gpus = Gauge(
             f"{PREFIX}_zone_free_gpus", "Unallocated GPUs on Ready, schedulable nodes per zone.", ["zone"], registry=r,
         )
+        self.zone_reserved_gpus = Gauge(
+            f"{PREFIX}_zone_reserved_gpus",
+            "GPUs that admitted, pinned jobs will take in the zone but whose pods are not bound yet (the ledger).",
+            ["zone"], registry=r,
+        )
         self.zone_blocked_flows = Gauge(
             f"{PREFIX}_zone_blocked_flows", "Required flows denied in the zone by the last decision that checked it.",
             ["zone"], registry=r,
@@ -113,6 +118,12 @@ class Metrics:
         self.cache_age.set(age_seconds)
         for kind, count in objects.items():
             self.cache_objects.labels(kind=kind).set(count)
+
+    def record_reserved(self, reserved_gpus: Mapping[str, int]) -> None:
+        """Replace the per-zone reserved-GPU series (the stored jobs' reservations of the last snapshot)."""
+        self.zone_reserved_gpus.clear()
+        for zone, reserved in reserved_gpus.items():
+            self.zone_reserved_gpus.labels(zone=zone).set(reserved)
 
     def record_zones(self, free_gpus: Mapping[str, int]) -> None:
         """Replace the per-zone free-GPU series (zones that disappeared are dropped)."""

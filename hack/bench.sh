@@ -30,5 +30,6 @@ run() {  # run <title> <script> [args...]: skip with a message when another engi
 run "policy evaluation" bench/bench_policy.py
 run "placement decision" bench/bench_engine.py
 run "TrainJob composition" bench/bench_trainjob.py
+run "a burst of admissions with the reservation ledger" bench/bench_burst.py
 run "HTTP: topoguard serve under wrk" bench/bench_http.py "$@"
 run "adversarial reviews: worst-case time and memory" bench/bench_adversarial.py

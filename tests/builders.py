@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from app.cache import projections
-from app.models.cluster import NamespaceInfo, NodeInfo, PodInfo, PolicyObject, Snapshot
+from app.models.cluster import JobInfo, NamespaceInfo, NodeInfo, PodInfo, PolicyObject, Snapshot
 from app.models.job import Flow, JobGroup, Replica, UserPlacement
 from app.models.labels import DEFAULT_ZONE_LABEL, HOSTNAME_LABEL, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
 from app.models.network import ALL_PORTS, PortRange
@@ -155,6 +155,7 @@ def make_snapshot(
     namespaces: Iterable[NamespaceInfo] = (),
     policies: Iterable[PolicyObject] = (),
     revision: str = "test",
+    jobs: Iterable[JobInfo] = (),
 ) -> Snapshot:
     return Snapshot(
         nodes=tuple(nodes),
@@ -162,6 +163,7 @@ def make_snapshot(
         namespaces=MappingProxyType({ns.name: ns for ns in namespaces}),
         policies=tuple(policies),
         revision=revision,
+        jobs=tuple(jobs),
     )
 
 

@@ -1,6 +1,6 @@
 """The file snapshot (`--cluster PATH`): YAML/JSON, one object, multi-document, `kind: List`, or a
 directory of such files. Unknown kinds are ignored; unparsable input is an error naming the file and
-the document.
+the document. Training jobs of the supported kinds are kept too (the reservation ledger reads them).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _files(path: Path) -> list[Path]:
 
 def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> Snapshot:
     """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored."""
-    nodes, pods, policies = [], [], []
+    nodes, pods, policies, jobs = [], [], [], []
     namespaces, groups, runtimes = {}, {}, {}
     for obj in objects:
         kind = obj.get("kind")
@@ -86,6 +86,8 @@ def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> 
         elif kind in projections.RUNTIME_KINDS:
             runtime = projections.project_training_runtime(obj)
             runtimes[(runtime.kind, runtime.namespace, runtime.name)] = runtime
+        elif kind in projections.JOB_KINDS and (job := projections.project_job(obj)) is not None:
+            jobs.append(job)
     return Snapshot(
         nodes=tuple(nodes),
         namespaces=MappingProxyType(namespaces),
@@ -94,6 +96,7 @@ def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> 
         cidr_groups=MappingProxyType(groups),
         revision=revision,
         training_runtimes=MappingProxyType(runtimes),
+        jobs=tuple(jobs),
     )
 
 

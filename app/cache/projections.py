@@ -1,6 +1,7 @@
 """Raw Kubernetes objects → the compact, immutable projections in app.models.cluster.
 
 Used by both the file loader and the watch cache, so a snapshot means the same whichever fed it.
+Training jobs are kept as a `JobInfo` (their GPU demand, zone pin, suspended/finished), never whole.
 Projections never raise on odd shapes: missing or mistyped fields fall back to safe defaults
 (an unparsable GPU count counts as 0 for capacity, a node without Ready=True is not Ready).
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from app.jobs import jobset, kubeflow, status, trainjob
 from app.models.cluster import (
     CIDRGroup,
     ContainerPort,
+    JobInfo,
     NamespaceInfo,
     NodeInfo,
     PodInfo,
@@ -21,11 +24,14 @@ from app.models.cluster import (
     TrainingRuntimeInfo,
     freeze,
 )
-from app.models.labels import NAMESPACE_NAME_LABEL
+from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, NAMESPACE_NAME_LABEL, ZONE_ANNOTATION
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
-KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup", *RUNTIME_KINDS)
+# The training-job kinds the snapshot keeps (every kind topoguard places).
+JOB_KINDS = tuple(sorted({kind for _, kind in (*kubeflow.FRAMEWORKS, (jobset.API_VERSION, jobset.KIND),
+                                                (trainjob.API_VERSION, trainjob.KIND))}))
+KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup", *RUNTIME_KINDS, *JOB_KINDS)
 STANDARD_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
 
 
@@ -156,7 +162,17 @@ def project_pod(obj: Mapping[str, Any]) -> PodInfo:
         ports=container_ports(_list(spec.get("containers"))),
         host_network=_flag(spec.get("hostNetwork")),
         ips=ips,
+        owner=_controller(meta),
     )
+
+
+def _controller(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """(kind, name) of the object's controller ownerReference (the Kubeflow operators own their pods)."""
+    for ref in _list(meta.get("ownerReferences")):
+        ref = _dict(ref)
+        if ref.get("controller") is True:
+            return (str(ref.get("kind", "")), str(ref.get("name", "")))
+    return ("", "")
 
 
 def project_policy(obj: Mapping[str, Any]) -> PolicyObject:
@@ -197,4 +213,85 @@ def project_training_runtime(obj: Mapping[str, Any]) -> TrainingRuntimeInfo:
         ml_policy=freeze(_dict(spec.get("mlPolicy"))),
         pod_group_policy=freeze(_dict(spec.get("podGroupPolicy"))),
         template=freeze({k: v for k, v in template.items() if k in ("metadata", "spec")}),
+    )
+
+
+# --- training jobs (the reservation ledger's input) --------------------------------------------
+
+OPERATOR_NAMES = {"MPIJob": ("mpi-operator", "mpijob-controller")}  # both MPIJob operators' pod label values
+
+
+def _count(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+
+def _add(total: dict[str, int], requests: Mapping[str, int], pods: int) -> None:
+    for resource, n in requests.items():
+        total[resource] = total.get(resource, 0) + n * pods
+
+
+def _kubeflow_demand(spec: Mapping[str, Any], framework: kubeflow.Framework) -> tuple[dict[str, int], int]:
+    total: dict[str, int] = {}
+    pods = 0
+    for key, body in _dict(spec.get(framework.map_key)).items():
+        body = _dict(body)
+        count = _count(body.get("replicas"), framework.default_replicas.get(str(key), 1))
+        _add(total, pod_requests(_dict(_dict(body.get("template")).get("spec"))), count)
+        pods += count
+    return total, pods
+
+
+def _jobset_demand(spec: Mapping[str, Any]) -> tuple[dict[str, int], int]:
+    total: dict[str, int] = {}
+    pods = 0
+    for rjob in _list(spec.get("replicatedJobs")):
+        job_spec = _dict(_dict(_dict(rjob).get("template")).get("spec"))
+        count = _count(_dict(rjob).get("replicas"), 1) * _count(job_spec.get("parallelism"), 1)
+        _add(total, pod_requests(_dict(_dict(job_spec.get("template")).get("spec"))), count)
+        pods += count
+    return total, pods
+
+
+def _trainjob_demand(spec: Mapping[str, Any]) -> tuple[dict[str, int], int]:
+    """The trainer nodes' demand as the TrainJob writes it; what only the runtime says is not counted."""
+    trainer = _dict(spec.get("trainer"))
+    count = _count(trainer.get("numNodes"), 1)
+    total: dict[str, int] = {}
+    _add(total, pod_requests({"containers": [{"resources": trainer.get("resourcesPerNode")}]}), count)
+    return total, count
+
+
+def _owned_by_trainjob(meta: Mapping[str, Any]) -> bool:
+    return any(_dict(o).get("kind") == trainjob.KIND for o in _list(meta.get("ownerReferences")))
+
+
+def project_job(obj: Mapping[str, Any]) -> JobInfo | None:
+    """A stored training job's ledger projection; None for a kind topoguard does not place, or a
+    JobSet a TrainJob owns (the TrainJob holds its GPUs)."""
+    api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    framework = kubeflow.FRAMEWORKS.get((api_version, kind))
+    operators: tuple[str, ...]
+    if framework is not None:
+        demand, pods = _kubeflow_demand(spec, framework)
+        pod_label, operators = KF_JOB_NAME, OPERATOR_NAMES.get(kind, (f"{kind.lower()}-controller",))
+    elif (api_version, kind) == (jobset.API_VERSION, jobset.KIND) and not _owned_by_trainjob(meta):
+        (demand, pods), pod_label, operators = _jobset_demand(spec), JOBSET_NAME_LABEL, ()
+    elif (api_version, kind) == (trainjob.API_VERSION, trainjob.KIND):
+        (demand, pods), pod_label, operators = _trainjob_demand(spec), JOBSET_NAME_LABEL, ()
+    else:
+        return None
+    return JobInfo(
+        kind=kind,
+        namespace=str(meta.get("namespace", "") or "default"),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "") or ""),
+        zone=_text(_dict(meta.get("annotations")).get(ZONE_ANNOTATION)),
+        demand=freeze({k: v for k, v in demand.items() if v}),
+        pods=pods,
+        suspended=status.is_suspended(obj),
+        finished=status.is_finished(obj),
+        created=_text(meta.get("creationTimestamp")),
+        pod_label=pod_label,
+        operators=operators,
     )

@@ -67,6 +67,21 @@ def _gpu_pod_projector(gpu_resources: tuple[str, ...]) -> Projector:
     return project
 
 
+# The training jobs, for the reservation ledger: every kind topoguard places, each an optional CRD
+# (absent ones are reported in the status, never as missing policy input).
+JOB_RESOURCES = (
+    ("PyTorchJob", "pytorchjobs", ("kubeflow.org/v1",)),
+    ("TFJob", "tfjobs", ("kubeflow.org/v1",)),
+    ("MPIJob", "mpijobs", ("kubeflow.org/v2beta1", "kubeflow.org/v1")),
+    ("XGBoostJob", "xgboostjobs", ("kubeflow.org/v1",)),
+    ("PaddleJob", "paddlejobs", ("kubeflow.org/v1",)),
+    ("JAXJob", "jaxjobs", ("kubeflow.org/v1",)),
+    ("JobSet", "jobsets", ("jobset.x-k8s.io/v1alpha2",)),
+    ("TrainJob", "trainjobs", ("trainer.kubeflow.org/v1alpha1",)),
+)
+JOB_KINDS = tuple(kind for kind, _, _ in JOB_RESOURCES)
+
+
 def build_resources(settings: Settings) -> tuple[Resource, ...]:
     """Every kind the cache follows, in the order their status is reported."""
     return (
@@ -110,6 +125,10 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
             ("trainer.kubeflow.org/v1alpha1",),
             projections.project_training_runtime,
             optional=True,
+        ),
+        *(
+            Resource(kind, plural, versions, projections.project_job, optional=True)
+            for kind, plural, versions in JOB_RESOURCES
         ),
     )
 

@@ -214,7 +214,10 @@ class WatchStore:
                 built = self._built.get(r.resource.kind)
                 if built is None or built[0] is not r.cache or built[1] != r.cache.generation:
                     copied[r.resource.kind] = (r.cache, r.cache.generation, list(r.cache.items.items()))
-            absent = tuple(r.resource.kind for r in self._reflectors if r.absent)
+            # A job kind whose CRD is absent has no jobs: reported in the status, not as missing input.
+            absent = tuple(
+                r.resource.kind for r in self._reflectors if r.absent and r.resource.kind not in resources.JOB_KINDS
+            )
         for kind, (cache, generation, items) in copied.items():
             items.sort(key=lambda kv: kv[0])
             self._built[kind] = (cache, generation, tuple(v for _, v in items))
@@ -232,6 +235,7 @@ class WatchStore:
             training_runtimes=MappingProxyType(
                 {(v.kind, v.namespace, v.name): v for kind in RUNTIME_KINDS for v in held.get(kind, ())}
             ),
+            jobs=tuple(job for kind in resources.JOB_KINDS for job in held.get(kind, ())),
         )
 
     @staticmethod

@@ -1,8 +1,9 @@
 """`topoguard explain JOB.yaml --cluster PATH [-o text|json] [--config F]`: the map for one job.
 
 Runs the same engine as the webhook on a job file and a snapshot and prints, per candidate
-zone, the GPU nodes, free/needed GPUs, every required flow's verdict with the policy behind it,
-then the chosen zone and the JSON Patch the mutating webhook would return.
+zone, the GPU nodes, free/needed GPUs, the GPUs admitted jobs reserve there (RESERVED, and which
+jobs), whether the job fits now or would wait (CAPACITY), every required flow's verdict with the
+policy behind it, then the chosen zone and the JSON Patch the mutating webhook would return.
 
 Exit codes: 0 a zone was chosen, 1 no zone works (the reasons are printed), 2 unusable input
 (unreadable file, not one job object, unsupported kind, malformed job, bad config or snapshot).
@@ -22,9 +23,11 @@ import yaml
 from app import engine, jobs
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, Settings, load_settings
-from app.engine import patches
+from app.engine import ledger, patches
 from app.engine.flows import describe_flow, describe_reason, describe_sides
 from app.http.admission import unsupported_message
+from app.jobs import status as job_status
+from app.models.cluster import Snapshot
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
 
@@ -74,7 +77,11 @@ def _flow_json(check: FlowCheck) -> dict[str, Any]:
     }
 
 
-def _zone_json(report: ZoneReport) -> dict[str, Any]:
+def _hold_json(hold: ledger.Hold) -> dict[str, Any]:
+    return {"job": hold.job, "gpus": hold.total, "created": hold.created}
+
+
+def _zone_json(report: ZoneReport, holders: Sequence[ledger.Hold] = ()) -> dict[str, Any]:
     return {
         "zone": report.zone,
         "gpuNodes": report.gpu_nodes,
@@ -85,16 +92,27 @@ def _zone_json(report: ZoneReport) -> dict[str, Any]:
         "eligible": report.eligible,
         "problems": list(report.problems),
         "flows": [_flow_json(c) for c in report.flows],
+        "capacity": report.capacity,
+        "gpusAllocatable": report.gpus_allocatable,
+        "gpusReserved": report.gpus_reserved,
+        "reservedBy": [_hold_json(h) for h in holders],
+        "capacityNote": report.capacity_note,
     }
 
 
-def to_json(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The machine-readable explanation (`-o json`)."""
+def to_json(
+    group: JobGroup,
+    decision: Decision,
+    patch: Sequence[Mapping[str, Any]],
+    holds: Mapping[str, Sequence[ledger.Hold]] | None = None,
+) -> dict[str, Any]:
+    """The machine-readable explanation (`-o json`); `holds`: the jobs that reserve GPUs, per zone."""
+    holds = holds or {}
     return {
         "job": {"apiVersion": group.api_version, "kind": group.kind, "namespace": group.namespace, "name": group.name},
         "allowed": decision.allowed,
         "zone": decision.zone,
-        "zones": [_zone_json(z) for z in decision.zones],
+        "zones": [_zone_json(z, holds.get(z.zone, ())) for z in decision.zones],
         "reasons": list(decision.reasons),
         "tolerations": {k: [dict(t) for t in v] for k, v in decision.tolerations.items()},
         "labels": dict(decision.labels),
@@ -103,6 +121,7 @@ def to_json(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str, An
         "summary": decision.summary,
         "excludedZones": {z: list(p) for z, p in decision.excluded_zones.items()},
         "patch": list(patch),
+        "capacity": decision.capacity,
     }
 
 
@@ -122,8 +141,15 @@ def _flow_lines(check: FlowCheck) -> list[str]:
     return lines
 
 
-def render_text(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str, Any]], settings: Settings) -> str:
+def render_text(
+    group: JobGroup,
+    decision: Decision,
+    patch: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    holds: Mapping[str, Sequence[ledger.Hold]] | None = None,
+) -> str:
     """The human-readable map: zone table, flows per zone, the choice and the patch."""
+    holds = holds or {}
     pods = sum(r.count for r in group.replicas)
     gpus = sum(r.count * r.gpus_per_pod for r in group.replicas)
     out = [
@@ -132,9 +158,10 @@ def render_text(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str
         "",
     ]
     if decision.zones:
-        rows = [["ZONE", "GPU NODES", "GPUS FREE/NEEDED", "FITS", "NETWORK", "ELIGIBLE"]]
+        rows = [["ZONE", "GPU NODES", "GPUS FREE/NEEDED", "RESERVED", "CAPACITY", "FITS", "NETWORK", "ELIGIBLE"]]
         rows += [
-            [z.zone, str(z.gpu_nodes), f"{z.gpus_free}/{z.gpus_needed}", _yes(z.fits), z.network, _yes(z.eligible)]
+            [z.zone, str(z.gpu_nodes), f"{z.gpus_free}/{z.gpus_needed}", str(z.gpus_reserved), z.capacity or "-",
+             _yes(z.fits), z.network, _yes(z.eligible)]
             for z in decision.zones
         ]
         out += _table(rows)
@@ -143,13 +170,19 @@ def render_text(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str
             for check in z.flows:
                 out += _flow_lines(check)
             out += [f"    problem: {p}" for p in z.problems]
+            if z.capacity_note:
+                out.append(f"    capacity: {z.capacity_note}")
+            out += [f"    reserved: {h.total} GPUs by {h.job}" for h in holds.get(z.zone, ())]
     else:
         out.append("no candidate zone")
     for zone, problems in sorted(decision.excluded_zones.items()):
         out += ["", f"{zone}: not a candidate"] + [f"    problem: {p}" for p in problems]
     out.append("")
     if decision.allowed:
-        out.append(f"chosen zone: {decision.zone} (zoneStrategy {settings.zone_strategy}, mode {settings.mode})")
+        out.append(
+            f"chosen zone: {decision.zone} (zoneStrategy {settings.zone_strategy}, mode {settings.mode}, "
+            f"capacity={decision.capacity or 'now'}, capacityPolicy {settings.capacity_policy})"
+        )
         for key, tolerations in sorted(decision.tolerations.items()):
             listed = ", ".join(f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in tolerations)
             out.append(f"tolerations added to {key}: {listed}")
@@ -165,6 +198,17 @@ def render_text(group: JobGroup, decision: Decision, patch: Sequence[Mapping[str
     return "\n".join(out) + "\n"
 
 
+def _holds(snapshot: Snapshot, settings: Settings, group: JobGroup) -> dict[str, tuple[ledger.Hold, ...]]:
+    """Per zone, the stored jobs that reserve GPUs there (the job itself left out, as the decision does)."""
+    built = ledger.ledger_of(snapshot, gpu_resources=settings.gpu_resources)
+    own = (group.kind, group.namespace, group.name)
+    out: dict[str, list[ledger.Hold]] = {}
+    for hold in built.holds:
+        if hold.key != own:
+            out.setdefault(hold.zone, []).append(hold)
+    return {zone: tuple(held) for zone, held in out.items()}
+
+
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
@@ -173,8 +217,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         raw = read_job(args.job)
         group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=_namespace(raw),
                                limits=settings.limits, runtimes=snapshot.training_runtimes)
-        decision = engine.decide(group, snapshot, settings)
+        decision = engine.decide(group, snapshot, settings, suspended=job_status.is_suspended(raw))
         patch = patches.build_patch(raw, group, decision, settings) if decision.allowed else []
+        holds = _holds(snapshot, settings, group)
     except jobs.UnsupportedKindError as e:
         print(f"topoguard explain: {unsupported_message(e)}", file=err)  # the webhook's wording
         return EXIT_USAGE
@@ -182,8 +227,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         print(f"topoguard explain: {e}", file=err)
         return EXIT_USAGE
     if args.output == "json":
-        json.dump(engine.render_json(to_json(group, decision, patch), group.name), out, indent=2, ensure_ascii=False)
+        body = to_json(group, decision, patch, holds)
+        json.dump(engine.render_json(body, group.name), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        out.write(engine.render(render_text(group, decision, patch, settings), group.name))
+        out.write(engine.render(render_text(group, decision, patch, settings, holds), group.name))
     return EXIT_CHOSEN if decision.allowed else EXIT_NONE

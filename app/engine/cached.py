@@ -7,11 +7,12 @@ where a deadline can be kept). `decide`/`validate` are `pending(...).result()`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.config import Settings
-from app.engine import memo
-from app.engine.decide import decide_fresh
+from app.engine import ledger, memo
+from app.engine.decide import decide_fresh, job_key
 from app.engine.validation import is_colocated, validate_fresh
 from app.models.cluster import Snapshot
 from app.models.decision import Decision
@@ -29,28 +30,48 @@ class Pending:
     group: JobGroup
     snapshot: Snapshot
     settings: Settings
+    reserved: ledger.Reserved | None = None
+    suspended: bool = False
 
     def result(self) -> Decision:
         if self.known is not None:
             return self.known
         fresh = decide_fresh if self.kind == "decide" else validate_fresh
-        return memo.memoized(self.key, self.snapshot, lambda: fresh(self.group, self.snapshot, self.settings))
+        return memo.memoized(
+            self.key,
+            self.snapshot,
+            lambda: fresh(self.group, self.snapshot, self.settings, reserved=self.reserved, suspended=self.suspended),
+        )
 
 
-def pending(kind: memo.Kind, group: JobGroup, snapshot: Snapshot, settings: Settings) -> Pending:
-    """The mutating (`decide`) or validating (`validate`) decision for the group, looked up in the memo."""
+def pending(
+    kind: memo.Kind,
+    group: JobGroup,
+    snapshot: Snapshot,
+    settings: Settings,
+    *,
+    suspended: bool = False,
+    in_flight: Sequence[ledger.Hold] = (),
+) -> Pending:
+    """The mutating (`decide`) or validating (`validate`) decision for the group, looked up in the memo.
+
+    `suspended`: the job waits for a queue manager; `in_flight`: this replica's holds for jobs it
+    admitted that the snapshot does not show yet (engine/ledger.py).
+    """
     colocated = kind == "validate" and is_colocated(group, settings.zone_label)
+    reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group),
+                                   in_flight=in_flight)
     decisions = memo.memo_of(snapshot)
-    key = decisions.key(kind, group, snapshot, settings, colocated=colocated)
-    return Pending(kind, key, decisions.get(key), group, snapshot, settings)
+    key = decisions.key(kind, group, snapshot, settings, colocated=colocated, capacity=(suspended, reserved.key))
+    return Pending(kind, key, decisions.get(key), group, snapshot, settings, reserved, suspended)
 
 
-def decide(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+def decide(group: JobGroup, snapshot: Snapshot, settings: Settings, *, suspended: bool = False) -> Decision:
     """The zone the group should be pinned to (mutating path), with the per-zone table (`decide_fresh`).
 
     Returns allowed=False with sorted, per-zone reasons when no zone fits and is open.
     """
-    return pending("decide", group, snapshot, settings).result()
+    return pending("decide", group, snapshot, settings, suspended=suspended).result()
 
 
 def validate(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:

@@ -10,16 +10,18 @@ decision never walks the node or pod list:
   reads only shared keys is matched once per class; one that reads a per-node key or the node name
   is matched node by node. With realistic pools the number of classes, not nodes, bounds the cost.
 - `pack` places the GPU replicas' pods best-fit-decreasing: largest demand first, each onto the node
-  with the least room that still fits it.
+  with the least room that still fits it, counted by (GPUs per pod, pods) against groups of alike
+  nodes, never pod by pod; onto free GPUs (fits now) or onto allocatable ones (fits once running
+  work ends).
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from app.models.cluster import NodeInfo, Snapshot, Taint, freeze
 from app.models.labels import HOSTNAME_LABEL
@@ -29,6 +31,18 @@ from app.models.labels import HOSTNAME_LABEL
 PER_NODE_MIN_DISTINCT_VALUES = 16
 
 
+# A node's GPUs as sorted (resource, count) pairs.
+Shape = tuple[tuple[str, int], ...]
+Basis = Literal["free", "allocatable"]
+
+
+def _histogram(shapes: Iterable[Shape]) -> tuple[tuple[Shape, int], ...]:
+    counted: dict[Shape, int] = defaultdict(int)
+    for shape in shapes:
+        counted[shape] += 1
+    return tuple(sorted(counted.items()))
+
+
 @dataclass(frozen=True)
 class NodeSlot:
     """One placement target and the GPUs still free on it."""
@@ -36,10 +50,21 @@ class NodeSlot:
     name: str
     labels: Mapping[str, str]
     free: Mapping[str, int]  # per GPU resource the node offers (allocatable minus held, floored at 0)
+    allocatable: Mapping[str, int] | None = None  # per GPU resource as if nothing ran (None: same as free)
 
     @property
     def total_free(self) -> int:
         return sum(self.free.values())
+
+    @property
+    def shape(self) -> Shape:
+        """The free GPUs as sorted (resource, count) pairs: what packing tells nodes apart by."""
+        return tuple(sorted(self.free.items()))
+
+    @property
+    def total_shape(self) -> Shape:
+        """The allocatable GPUs as sorted (resource, count) pairs."""
+        return tuple(sorted((self.free if self.allocatable is None else self.allocatable).items()))
 
 
 @dataclass(frozen=True)
@@ -49,11 +74,27 @@ class Pool:
     nodes: tuple[NodeSlot, ...]
     order: tuple[int, ...]  # -total_free of each node: ascending, so bisect finds the nodes with room
     positions: Mapping[str, int]  # node name -> index in `nodes`
+    # The node class the nodes come from: pools of different owners share no node ("" for pools
+    # built without one, which packing compares node by node).
+    owner: str = ""
+    free_shapes: tuple[tuple[Shape, int], ...] = ()  # (free shape, nodes with it), built by `of`
+    total_shapes: tuple[tuple[Shape, int], ...] = ()  # (allocatable shape, nodes with it)
 
     @classmethod
-    def of(cls, nodes: Sequence[NodeSlot]) -> Pool:
+    def of(cls, nodes: Sequence[NodeSlot], *, owner: str = "") -> Pool:
         ordered = tuple(sorted(nodes, key=lambda s: (-s.total_free, s.name)))
-        return cls(ordered, tuple(-s.total_free for s in ordered), freeze({s.name: i for i, s in enumerate(ordered)}))
+        return cls(
+            ordered,
+            tuple(-s.total_free for s in ordered),
+            freeze({s.name: i for i, s in enumerate(ordered)}),
+            owner,
+            _histogram(s.shape for s in ordered),
+            _histogram(s.total_shape for s in ordered),
+        )
+
+    def shapes(self, basis: Basis) -> tuple[tuple[Shape, int], ...]:
+        """(shape, node count) of the pool's nodes, by free or by allocatable GPUs."""
+        return self.free_shapes if basis == "free" else self.total_shapes
 
 
 @dataclass(frozen=True)
@@ -67,9 +108,13 @@ class NodeClass:
     nodes: tuple[NodeSlot, ...]  # most free GPUs first, then by name
     free: Mapping[str, int]  # free GPUs per resource over all nodes of the class
     pool: Pool  # the same nodes, ready for packing
+    allocatable: Mapping[str, int] = field(default_factory=lambda: freeze({}))  # allocatable GPUs over all its nodes
 
     def gpus_free(self, resources: Iterable[str]) -> int:
         return sum(self.free.get(r, 0) for r in resources)
+
+    def gpus_allocatable(self, resources: Iterable[str]) -> int:
+        return sum(self.allocatable.get(r, 0) for r in resources)
 
 
 @dataclass(frozen=True)
@@ -124,17 +169,29 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
         free: Mapping[str, int] = freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()})
         shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
         key: ClassKey = (node.labels[zone_label], shared, node.taints, tuple(sorted(offered)))
-        grouped[key].append(NodeSlot(node.name, node.labels, free))
+        grouped[key].append(NodeSlot(node.name, node.labels, free, freeze(offered)))
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
-    for (zone, shared, taints, offered_keys), slots in grouped.items():
-        pool = Pool.of(slots)
+    for number, ((zone, shared, taints, offered_keys), slots) in enumerate(grouped.items()):
+        pool = Pool.of(slots, owner=f"{zone}#{number}")
         ordered = pool.nodes
         totals: dict[str, int] = defaultdict(int)
+        allocatable: dict[str, int] = defaultdict(int)
         for slot in ordered:
             for r, n in slot.free.items():
                 totals[r] += n
+            for r, n in (slot.allocatable or {}).items():
+                allocatable[r] += n
         by_zone[zone].append(
-            NodeClass(zone, freeze(dict(shared)), taints, frozenset(offered_keys), ordered, freeze(totals), pool)
+            NodeClass(
+                zone,
+                freeze(dict(shared)),
+                taints,
+                frozenset(offered_keys),
+                ordered,
+                freeze(totals),
+                pool,
+                freeze(allocatable),
+            )
         )
     classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)
@@ -160,53 +217,110 @@ class PodDemand:
         return sum(self.gpus.values())
 
 
-def _fits(node: NodeSlot, used: Mapping[str, int], demand: Mapping[str, int]) -> bool:
-    return all(node.free.get(r, 0) - used.get(r, 0) >= n for r, n in demand.items())
+@dataclass
+class _Bin:
+    """Nodes that packing cannot tell apart: the same room per resource, reachable by the same demands."""
+
+    room: tuple[int, ...]  # GPUs left per resource (in the packing's resource order)
+    members: frozenset[int]  # indices of the distinct pools these nodes belong to
+    count: int  # how many such nodes
 
 
-def _room(node: NodeSlot, used: Mapping[str, int]) -> int:
-    return node.total_free - sum(used.values())
+def _node_shape(slot: NodeSlot, basis: Basis) -> Shape:
+    return slot.shape if basis == "free" else slot.total_shape
 
 
-def _best_in_pool(pool: Pool, demand: PodDemand, used: Mapping[str, Mapping[str, int]]) -> tuple[int, str] | None:
-    """(room, name) of the node of `pool` with the least room that still fits one pod of `demand`.
+def _regions(pools: Sequence[Pool], basis: Basis) -> list[tuple[frozenset[int], Shape, int]]:
+    """(pool indices, node shape, node count) for every set of nodes the distinct `pools` cover.
 
-    Untouched nodes keep their initial free count, so the tightest untouched fit is the last node of
-    the sorted prefix with enough room (found by bisection); the few nodes this packing already used
-    (possibly through another replica's pool) are checked one by one.
+    Pools of different node classes (`owner`) share no node, so each is taken from its histogram of
+    shapes. Several pools of one class (a whole class and a node-by-node subset, or two subsets) are
+    split node by node: only selectors that read per-node keys make those, and they cost a pass over
+    their class anyway.
     """
-    found: list[tuple[int, str]] = []
-    i = bisect.bisect_right(pool.order, -demand.per_pod) - 1
-    while i >= 0:
-        node = pool.nodes[i]
-        if node.name not in used and _fits(node, {}, demand.gpus):
-            found.append((node.total_free, node.name))
-            break
-        i -= 1
-    for name, taken in used.items():
-        index = pool.positions.get(name)
-        if index is not None and _fits(pool.nodes[index], taken, demand.gpus):
-            found.append((_room(pool.nodes[index], taken), name))
-    return min(found, default=None)
+    by_owner: dict[str, list[int]] = defaultdict(list)
+    for i, pool in enumerate(pools):
+        by_owner[pool.owner].append(i)
+    out: list[tuple[frozenset[int], Shape, int]] = []
+    for indices in by_owner.values():
+        if len(indices) == 1:
+            i = indices[0]
+            out += [(frozenset((i,)), shape, n) for shape, n in pools[i].shapes(basis)]
+            continue
+        membership: dict[str, tuple[set[int], Shape]] = {}
+        for i in indices:
+            for slot in pools[i].nodes:
+                membership.setdefault(slot.name, (set(), _node_shape(slot, basis)))[0].add(i)
+        counted: dict[tuple[frozenset[int], Shape], int] = defaultdict(int)
+        for members, shape in membership.values():
+            counted[(frozenset(members), shape)] += 1
+        out += [(members, shape, n) for (members, shape), n in counted.items()]
+    return out
 
 
-def pack(demands: Sequence[PodDemand]) -> str | None:
+def _per_node(room: tuple[int, ...], need: tuple[int, ...]) -> int:
+    """How many pods asking `need` fit on a node with `room` left (f // g per resource, the least)."""
+    return min(r // g for r, g in zip(room, need, strict=True) if g > 0)
+
+
+def pack(demands: Sequence[PodDemand], *, basis: Basis = "free") -> str | None:
     """Best-fit-decreasing placement of every pod; None when all fit, else the first replica that did not.
 
     Pods are placed largest demand first, each onto the node with the least room that still fits it,
     which keeps whole nodes free for the large pods (most-free-first would fail 4+3+3 GPUs on nodes
-    with 6 and 4 free). The cost depends on the pods placed, not on the number of nodes.
+    with 6 and 4 free). `basis="allocatable"` packs onto the nodes as if nothing ran on them (whether
+    the job can ever fit), `"free"` onto what bound pods leave.
+
+    Counted, never pod by pod: identical pods go to the tightest fitting node until it is full (which
+    is what placing them one at a time does, since a node's room only shrinks), so a replica type of
+    `count` pods is placed with one step per group of identical nodes it fills. The cost is bounded by
+    replica types x node shapes, whatever the pod counts (a 10,000,000-pod replica packs in
+    microseconds), and the outcome is the pod-by-pod one.
     """
-    used: dict[str, dict[str, int]] = {}
-    pods = sorted(((d, i) for d in demands for i in range(d.count)), key=lambda p: (-p[0].per_pod, p[0].replica, p[1]))
-    for demand, _ in pods:
-        options = [best for pool in demand.pools if (best := _best_in_pool(pool, demand, used)) is not None]
-        if not options:
-            return demand.replica
-        _, name = min(options)
-        taken = used.setdefault(name, {})
-        for r, n in demand.gpus.items():
-            taken[r] = taken.get(r, 0) + n
+    resources = tuple(sorted({r for d in demands for r, n in d.gpus.items() if n > 0}))
+    pools: list[Pool] = []
+    pool_index: dict[int, int] = {}
+    for d in demands:
+        for pool in d.pools:
+            if id(pool) not in pool_index:
+                pool_index[id(pool)] = len(pools)
+                pools.append(pool)
+    bins: dict[tuple[tuple[int, ...], frozenset[int]], _Bin] = {}
+
+    def add(room: tuple[int, ...], members: frozenset[int], count: int) -> None:
+        found = bins.get((room, members))
+        if found is None:
+            bins[(room, members)] = _Bin(room, members, count)
+        else:
+            found.count += count
+
+    for members, shape, count in _regions(pools, basis):
+        held = dict(shape)
+        add(tuple(held.get(r, 0) for r in resources), members, count)
+    for demand in sorted(demands, key=lambda d: (-d.per_pod, d.replica)):
+        need = tuple(demand.gpus.get(r, 0) for r in resources)
+        if demand.count <= 0 or not any(need):
+            continue
+        usable = frozenset(pool_index[id(p)] for p in demand.pools)
+        left = demand.count
+        while left > 0:
+            fitting = [
+                b
+                for b in bins.values()
+                if b.count and b.members & usable and all(r >= g for r, g in zip(b.room, need, strict=True))
+            ]
+            if not fitting:
+                return demand.replica
+            tightest = min(fitting, key=lambda b: (sum(b.room), b.room, sorted(b.members)))
+            per_node = _per_node(tightest.room, need)
+            nodes = min(tightest.count, -(-left // per_node))
+            full, last = (nodes, 0) if nodes * per_node <= left else (nodes - 1, left - (nodes - 1) * per_node)
+            tightest.count -= nodes
+            if full:
+                add(tuple(r - g * per_node for r, g in zip(tightest.room, need, strict=True)), tightest.members, full)
+            if last:
+                add(tuple(r - g * last for r, g in zip(tightest.room, need, strict=True)), tightest.members, 1)
+            left -= full * per_node + last
     return None
 
 
@@ -232,18 +346,18 @@ def pack_memo(snapshot: Snapshot) -> _PackMemo:
     return snapshot.memo(PACK_MEMO_KEY, _PackMemo.empty)
 
 
-def pack_memoized(snapshot: Snapshot, demands: Sequence[PodDemand]) -> str | None:
-    """`pack(demands)`, remembered per snapshot.
+def pack_memoized(snapshot: Snapshot, demands: Sequence[PodDemand], *, basis: Basis = "free") -> str | None:
+    """`pack(demands, basis=basis)`, remembered per snapshot.
 
     `pack` reads only each demand's replica key, pod count, GPUs per pod (in order) and pools;
     pools come from the snapshot's zone index (or are built from its nodes) and never change.
     """
-    key = tuple((d.replica, d.count, tuple(d.gpus.items()), tuple(id(p) for p in d.pools)) for d in demands)
+    key = (basis, *((d.replica, d.count, tuple(d.gpus.items()), tuple(id(p) for p in d.pools)) for d in demands))
     memo = pack_memo(snapshot)
     found = memo.entries.get(key)
     if found is not None:
         return found[0]
-    result = pack(demands)
+    result = pack(demands, basis=basis)
     with memo.lock:
         while len(memo.entries) >= PACK_MEMO_SIZE:
             del memo.entries[next(iter(memo.entries))]

@@ -5,7 +5,9 @@ PURE: every input is an argument (group, snapshot, settings); the same arguments
 
 1. Candidate zones are anchored on the GPU replicas (zones.fit_zone); a CPU-only coordinator
    never anchors, it follows the workers and gets the GPU-pool tolerations it lacks.
-2. Capacity: free GPUs per zone on the nodes the GPU replicas can use, with per-node fit.
+2. Capacity: free GPUs per zone on the nodes the GPU replicas can use, with per-node fit, less what
+   admitted jobs reserve there (engine/ledger.py); a zone where the job fits only once running work
+   ends still takes it under capacityPolicy wait (`fit_capacity`, `rank_key`).
 3. Network: every flow of the group simulated with the pods as they will be labelled in the zone.
 4. Choice among zones that fit and are open (`zoneStrategy`); user pins restrict the candidates.
 
@@ -19,12 +21,13 @@ memoized per snapshot (engine/cached.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from app import policy
 from app.config import Settings
-from app.engine import capacity, memo, nodes, zones
+from app.engine import capacity, ledger, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
@@ -41,6 +44,8 @@ class Run:
     strict: bool
     index: capacity.ZoneIndex
     checker: FlowChecker
+    reserved: ledger.Reserved = field(default_factory=ledger.Reserved)  # GPUs admitted jobs will take
+    suspended: bool = False  # held by a queue manager: placed by network and total allocatable only
 
     def overrides(self, zone: str) -> dict[str, str]:
         """Labels every pod carries in `zone`: the identity label, unless judging the job as written."""
@@ -53,13 +58,30 @@ def prepare(snapshot: Snapshot, settings: Settings) -> None:
     """Build the per-snapshot indexes a decision reads, so the first request does not pay for them."""
     capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
     capacity.pack_memo(snapshot)
+    ledger.ledger_of(snapshot, gpu_resources=settings.gpu_resources)
     policy.build_index(snapshot)
     policy.label_keys_mentioned(snapshot)
     memo.keys_read(snapshot)
 
 
-def start_run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool) -> Run:
-    """Begin one evaluation on the snapshot's memoised zone index with a fresh verdict cache."""
+def job_key(group: JobGroup) -> ledger.JobKey:
+    """The group's identity in the reservation ledger."""
+    return (group.kind, group.namespace, group.name)
+
+
+def start_run(
+    group: JobGroup,
+    snapshot: Snapshot,
+    settings: Settings,
+    *,
+    strict: bool,
+    reserved: ledger.Reserved | None = None,
+    suspended: bool = False,
+) -> Run:
+    """Begin one evaluation on the snapshot's memoised zone index with a fresh verdict cache.
+
+    `reserved` defaults to the snapshot's stored reservations without the group's own.
+    """
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
     checker = FlowChecker(
         group=group,
@@ -68,7 +90,23 @@ def start_run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
     )
-    return Run(group, snapshot, settings, strict, index, checker)
+    if reserved is None:
+        reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
+    return Run(group, snapshot, settings, strict, index, checker, reserved, suspended)
+
+
+def fit_zones(run: Run) -> list[zones.ZoneFit]:
+    """Every zone of the index fitted for the run's group."""
+    return [
+        zones.fit_zone(
+            run.group,
+            run.index,
+            z,
+            strict=run.strict,
+            extended_resource_toleration=run.settings.extended_resource_toleration,
+        )
+        for z in run.index.zones
+    ]
 
 
 def _gpu_breakdown(group: JobGroup) -> str:
@@ -84,20 +122,68 @@ def gpus_needed(group: JobGroup) -> int:
     return sum(r.count * r.gpus_per_pod for r in group.replicas)
 
 
-def _capacity_problem(run: Run, fit: zones.ZoneFit) -> str:
-    """The GPU shortfall in words, or an empty string when the pods fit the zone node by node."""
-    demands = [
+@dataclass(frozen=True)
+class CapacityFit:
+    """How the group's GPUs fit one zone: now, once running work ends, or never."""
+
+    state: str  # "now" | "wait" | "never" ("" when a replica cannot run in the zone at all)
+    reserved: int  # GPUs of the group's kinds that admitted jobs reserve in the zone
+    text: str  # the shortfall in words, starting with CAPACITY_PREFIX ("" when it fits now)
+
+
+def _demands(run: Run, fit: zones.ZoneFit) -> list[capacity.PodDemand]:
+    return [
         capacity.PodDemand(r.key, r.count, r.gpus, fit.replicas[r.key].pools)
         for r in run.group.replicas
         if r.gpus_per_pod and fit.replicas[r.key].can_run
     ]
-    if not demands or capacity.pack_memoized(run.snapshot, demands) is None:
-        return ""
-    needed = f"{CAPACITY_PREFIX}{gpus_needed(run.group)} GPUs ({_gpu_breakdown(run.group)}), {fit.gpus_free} free"
-    if fit.gpus_free < gpus_needed(run.group):
-        return needed
-    largest = capacity.largest_free(pool for d in demands for pool in d.pools)
-    return f"{needed}, but they do not fit node by node (at most {largest} free on one node)"
+
+
+def _gpu_kinds(group: JobGroup) -> frozenset[str]:
+    return frozenset(k for r in group.replicas for k, n in r.gpus.items() if n > 0)
+
+
+def fit_capacity(run: Run, fit: zones.ZoneFit) -> CapacityFit:
+    """The zone's capacity for the group (DESIGN.md "Busy is not blocked").
+
+    now: the pods fit the free GPUs node by node, and the zone's free GPUs less its reservations
+    cover the job; wait: they fit the allocatable GPUs of the nodes they can use (once running work
+    ends); never: not even that. A suspended group is judged on allocatable GPUs only (it waits for
+    its queue and reserves nothing until it runs).
+    """
+    demands = _demands(run, fit)
+    reserved = run.reserved.in_zone(fit.zone, _gpu_kinds(run.group))
+    if not demands:
+        return CapacityFit("now", reserved, "")
+    needed = gpus_needed(run.group)
+    head = f"{CAPACITY_PREFIX}{needed} GPUs ({_gpu_breakdown(run.group)})"
+    if capacity.pack_memoized(run.snapshot, demands, basis="allocatable") is not None:
+        text = f"{head}, {fit.gpus_allocatable} allocatable on the nodes it can use"
+        if fit.gpus_allocatable >= needed:
+            most = max((sum(n for _, n in s.total_shape) for d in demands for p in d.pools for s in p.nodes), default=0)
+            text += f", but they do not fit node by node even with nothing running (at most {most} on one node)"
+        return CapacityFit("never", reserved, text)
+    if run.suspended:
+        note = f"{head}: suspended, so placed by the {fit.gpus_allocatable} allocatable GPUs; it reserves nothing"
+        return CapacityFit("wait", reserved, note)
+    packs_now = capacity.pack_memoized(run.snapshot, demands) is None
+    left = fit.gpus_free - reserved
+    if packs_now and left >= needed:
+        return CapacityFit("now", reserved, "")
+    text = f"{head}, {max(left, 0)} free"
+    if reserved:
+        text += f" ({fit.gpus_free} on the nodes, {reserved} reserved by admitted jobs)"
+    if left >= needed:
+        largest = capacity.largest_free(pool for d in demands for pool in d.pools)
+        text += f", but they do not fit node by node (at most {largest} free on one node)"
+    return CapacityFit("wait", reserved, text)
+
+
+def _takes(run: Run, fit: CapacityFit) -> bool:
+    """Whether a zone with this capacity may take the job under `capacityPolicy`."""
+    if fit.state == "now":
+        return True
+    return fit.state == "wait" and (run.suspended or run.settings.capacity_policy == "wait")
 
 
 def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> list[str]:
@@ -132,9 +218,9 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     overrides = run.overrides(fit.zone)
     checks, network = run.checker.check(overrides)
     problems = list(fit.problems)
-    shortfall = _capacity_problem(run, fit) if not problems else ""
-    if shortfall:
-        problems.append(shortfall)
+    cap = fit_capacity(run, fit) if not problems else CapacityFit("", 0, "")
+    if not problems and not _takes(run, cap):
+        problems.append(cap.text)
     fits = not problems
     problems += [describe_check(c) for c in checks if c.verdict.verdict != "allow"]
     if network == "deny":
@@ -149,6 +235,10 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
         flows=checks,
         problems=tuple(sorted(problems)),
         eligible=fits and network == "allow",
+        capacity=cap.state,
+        gpus_allocatable=fit.gpus_allocatable,
+        gpus_reserved=cap.reserved,
+        capacity_note=cap.text if fits else "",
     )
 
 
@@ -178,10 +268,24 @@ def conflict_reason(run: Run, fits: Sequence[zones.ZoneFit]) -> str:
     return zones.describe_conflict(run.group, zones_of, run.settings.zone_label)
 
 
-def _choose(reports: Sequence[ZoneReport], strategy: str) -> ZoneReport:
-    if strategy == "binpack":
-        return min(reports, key=lambda r: (r.gpus_free, r.zone))
-    return min(reports, key=lambda r: (-r.gpus_free, r.zone))
+def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> tuple[int, Fraction, str]:
+    """Order of the eligible zones, best first: fits now before waits; among zones that fit now the
+    strategy (`most-free` or `binpack` on free GPUs less reservations); among zones where the job
+    waits, the most free relative to the zone's size: free less reservations (below zero once
+    admitted jobs wait) over allocatable, so a burst of waiting jobs spreads over the zones in
+    proportion to their GPUs and each zone's backlog drains in about the same time. A suspended job
+    ranks by allocatable GPUs."""
+    if suspended:
+        size = Fraction(report.gpus_allocatable)
+        return (0, size if strategy == "binpack" else -size, report.zone)
+    value = report.gpus_free - report.gpus_reserved
+    if report.capacity == "now":
+        return (0, Fraction(value if strategy == "binpack" else -value), report.zone)
+    return (1, -Fraction(value, max(report.gpus_allocatable, 1)), report.zone)
+
+
+def _choose(reports: Sequence[ZoneReport], strategy: str, *, suspended: bool = False) -> ZoneReport:
+    return min(reports, key=lambda r: rank_key(r, strategy, suspended=suspended))
 
 
 def _tolerations(
@@ -216,24 +320,49 @@ def zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = la
     return [f"{', '.join(where)}: {problem}" for problem, where in zones_of.items()]
 
 
-def summarize(zone: str | None, run: Run, checks: Sequence[FlowCheck]) -> str:
-    """The short `topoguard.io/decision` annotation value; stable for the same job and snapshot."""
+def summarize(zone: str | None, run: Run, checks: Sequence[FlowCheck], *, capacity_state: str = "") -> str:
+    """The short `topoguard.io/decision` annotation value; stable for the same job and snapshot.
+
+    `capacity=now` when the job fits its zone's free GPUs now, `capacity=wait` when it waits there.
+    """
     if zone is None:
         return "denied: no zone fits with open paths"
+    shown = f" capacity={capacity_state}" if capacity_state else ""
     return (
         f"zone={zone} strategy={run.settings.zone_strategy} gpus={gpus_needed(run.group)} "
-        f"flows={len(checks)} network=allow"
+        f"flows={len(checks)} network=allow{shown}"
     )
 
 
-def decide_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+def capacity_warnings(chosen: ZoneReport, run: Run) -> tuple[str, ...]:
+    """What a job admitted to wait should be told (capacity=wait)."""
+    if chosen.capacity != "wait" or not chosen.capacity_note:
+        return ()
+    if run.suspended:
+        return (f"{chosen.zone}: {chosen.capacity_note}",)
+    return (
+        f"{chosen.zone}: {chosen.capacity_note}; pinned there anyway: its pods wait Pending where their "
+        "network is open until GPUs free up (capacity=wait, capacityPolicy wait)",
+    )
+
+
+def decide_fresh(
+    group: JobGroup,
+    snapshot: Snapshot,
+    settings: Settings,
+    *,
+    reserved: ledger.Reserved | None = None,
+    suspended: bool = False,
+) -> Decision:
     """The zone the group should be pinned to (mutating path), with the per-zone table, computed now
     (`engine.decide` is this, memoized per snapshot).
 
-    Returns allowed=False with sorted, per-zone reasons when no zone fits and is open.
+    `reserved`: the reservations to count (default: the snapshot's stored ones, without the group's
+    own); `suspended`: the job waits for a queue manager. Returns allowed=False with sorted, per-zone
+    reasons when no zone is open and could ever hold the job (or, under capacityPolicy refuse, fits now).
     """
-    run = start_run(group, snapshot, settings, strict=False)
-    fits = [zones.fit_zone(group, run.index, z, strict=False) for z in run.index.zones]
+    run = start_run(group, snapshot, settings, strict=False, reserved=reserved, suspended=suspended)
+    fits = fit_zones(run)
     candidates = [f for f in fits if f.anchored]
     excluded = {f.zone: f.problems for f in fits if not f.anchored}
     conflict = conflict_reason(run, fits)
@@ -263,7 +392,7 @@ def decide_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Dec
             excluded_zones=excluded,
             split=bool(conflict),
         )
-    chosen = _choose(eligible, settings.zone_strategy)
+    chosen = _choose(eligible, settings.zone_strategy, suspended=suspended)
     open_zones = tuple(sorted(r.zone for r in eligible))
     if settings.zone_identity_label:
         # Pods carry the chosen zone's identity label, so only that zone is open for them.
@@ -278,7 +407,8 @@ def decide_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Dec
         tolerations=_tolerations(run, by_zone, spread_over),
         labels={settings.zone_identity_label: chosen.zone} if settings.zone_identity_label else {},
         open_zones=open_zones,
-        warnings=warnings_for(run),
-        summary=summarize(chosen.zone, run, chosen.flows),
+        warnings=capacity_warnings(chosen, run) + warnings_for(run),
+        summary=summarize(chosen.zone, run, chosen.flows, capacity_state=chosen.capacity),
         excluded_zones=excluded,
+        capacity=chosen.capacity,
     )

@@ -14,7 +14,11 @@ the reinvocation. What the engine reads of a `JobGroup` (and so what the key hol
   operators' `job-name`) unless a policy selects on it;
 - the namespace, the coordinator and the required flows;
 - validate only: whether the templates require podAffinity over the zone topology to the whole
-  group (`is_colocated`, which reads the full pod labels and templates), as a boolean.
+  group (`is_colocated`, which reads the full pod labels and templates), as a boolean;
+- capacity: whether the job is suspended, and what its reservations differ by from the snapshot's
+  stored ledger (the job's own stored reservation left out, the replica's in-flight holds:
+  `ledger.Reserved.key`). In-flight holds are the only per-process state a decision reads; they are
+  in the key, so a decision made with other holds is never served (engine/ledger.py).
 
 The job's name is not read: the engine names pods `<job>-<role>-<index>` in its messages
 (`JOB_PLACEHOLDER`) and the surfaces put the name in (`render`).
@@ -181,9 +185,17 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
         self._flows_form: tuple[tuple[Flow, ...], tuple[tuple[Hashable, ...], ...]] | None = None
 
     def key(
-        self, kind: Kind, group: JobGroup, snapshot: Snapshot, settings: Settings, *, colocated: bool = False
+        self,
+        kind: Kind,
+        group: JobGroup,
+        snapshot: Snapshot,
+        settings: Settings,
+        *,
+        colocated: bool = False,
+        capacity: Hashable = (),
     ) -> DecisionKey:
-        """`decision_key`; `snapshot` is the one this memo belongs to."""
+        """`decision_key`; `snapshot` is the one this memo belongs to. `capacity` holds what the decision
+        counts beyond the snapshot (whether the job is suspended, the reservations' `Reserved.key`)."""
         read = self._read
         if read is None:
             read = self._read = keys_read(snapshot)
@@ -202,7 +214,7 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
         replicas = []
         for r in group.replicas:
             replicas.append(_replica_key(r, read))
-        job = (group.namespace, group.coordinator, flows_form, tuple(replicas))
+        job = (group.namespace, group.coordinator, flows_form, tuple(replicas), capacity)
         return DecisionKey((kind, settings, colocated, job), hash((kind, settings_hash, colocated, job)))
 
 

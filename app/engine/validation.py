@@ -12,11 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.config import Settings
-from app.engine import nodes, zones
+from app.engine import ledger, nodes, zones
 from app.engine.decide import (
     CAPACITY_PREFIX,
     Run,
     conflict_reason,
+    fit_zones,
     report_zone,
     start_run,
     summarize,
@@ -67,7 +68,14 @@ def _split_reason(run: Run, zones_of: Mapping[str, Sequence[str]]) -> str:
     )
 
 
-def validate_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Decision:
+def validate_fresh(
+    group: JobGroup,
+    snapshot: Snapshot,
+    settings: Settings,
+    *,
+    reserved: ledger.Reserved | None = None,
+    suspended: bool = False,
+) -> Decision:
     """Judge the job as written (validating webhook): one zone for the whole group, and it is open.
     Computed now; `engine.validate` is this, memoized per snapshot.
 
@@ -76,8 +84,8 @@ def validate_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> D
     zone it can land in must have open paths, and every replica must be able to run there. A GPU
     shortfall is only a warning here: the pods would wait, not break.
     """
-    run = start_run(group, snapshot, settings, strict=True)
-    fits = [zones.fit_zone(group, run.index, z, strict=True) for z in run.index.zones]
+    run = start_run(group, snapshot, settings, strict=True, reserved=reserved, suspended=suspended)
+    fits = fit_zones(run)
     zones_of = zones.replica_zones(fits)
     common = [f for f in fits if all(f.zone in zones_of[r.key] for r in group.replicas)]
     if not common:
@@ -103,6 +111,7 @@ def validate_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> D
             False, None, reports, tuple(sorted(blocking)), warnings=warnings_for(run), summary="denied: paths not open"
         )
     short = [f"{r.zone}: {p}" for r in reports for p in r.problems]
+    short += [f"{r.zone}: {r.capacity_note}" for r in reports if r.capacity_note]
     zone = reports[0].zone if len(reports) == 1 else None
     return Decision(
         allowed=True,
@@ -111,5 +120,10 @@ def validate_fresh(group: JobGroup, snapshot: Snapshot, settings: Settings) -> D
         reasons=(),
         open_zones=tuple(r.zone for r in reports),
         warnings=tuple(sorted(short)) + warnings_for(run),
-        summary=summarize(zone, run, reports[0].flows) if zone else "colocated: " + ",".join(r.zone for r in reports),
+        summary=(
+            summarize(zone, run, reports[0].flows, capacity_state=reports[0].capacity)
+            if zone
+            else "colocated: " + ",".join(r.zone for r in reports)
+        ),
+        capacity=reports[0].capacity if zone else "",
     )

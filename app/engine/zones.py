@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from app.engine import nodes
 from app.engine.capacity import NodeClass, Pool, ZoneIndex
@@ -48,6 +49,7 @@ class ZoneFit:
     pool_taints: tuple[Taint, ...]
     gpu_nodes: int  # distinct nodes any GPU replica can use
     gpus_free: int  # free GPUs (of the kinds the group asks for) on those nodes
+    gpus_allocatable: int = 0  # the same nodes' allocatable GPUs, as if nothing ran on them
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -73,7 +75,7 @@ def _match_class(placement: UserPlacement, cls: NodeClass, per_node_keys: frozen
     """The class's nodes the placement admits: the whole class, a node-by-node subset, or None."""
     if nodes.selects_by_name(placement) or nodes.selector_label_keys(placement) & per_node_keys:
         picked = [n for n in cls.nodes if nodes.match_placement(placement, n.labels, n.name)]
-        return Pool.of(picked) if picked else None
+        return Pool.of(picked, owner=cls.pool.owner) if picked else None
     return cls.pool if nodes.match_placement(placement, cls.labels, "") else None
 
 
@@ -95,19 +97,42 @@ def _failed(replica: Replica, why: str) -> ReplicaFit:
 
 
 def _blocking(
-    matched: Sequence[tuple[NodeClass, Pool]], replica: Replica, granted: frozenset[Taint] = frozenset()
+    matched: Sequence[tuple[NodeClass, Pool]],
+    replica: Replica,
+    granted: frozenset[Taint] = frozenset(),
+    tolerations: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """The taints that keep `replica` off the matched nodes, beyond those topoguard would tolerate."""
     taints = {
         nodes.format_taint(t)
         for c, _ in matched
-        for t in nodes.untolerated(c.taints, replica.placement.tolerations)
+        for t in nodes.untolerated(c.taints, replica.placement.tolerations if tolerations is None else tolerations)
         if t not in granted
     }
     return ", ".join(sorted(taints))
 
 
-def _gpu_fit(replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex) -> ReplicaFit:
+# NB: what the apiserver's ExtendedResourceToleration admission plugin adds to a pod that requests
+# an extended resource (plugin/pkg/admission/extendedresourcetoleration, kubernetes/kubernetes#55839):
+# "when enabled, automatically adds a toleration with key <resource>, operator Exists and effect
+# NoSchedule". It is not in the kube-apiserver's default-enabled plugins, hence the default `false`
+# (config.extended_resource_toleration); GKE enables it, so GKE users set it.
+def implied_tolerations(replica: Replica) -> tuple[Mapping[str, Any], ...]:
+    """The tolerations the plugin gives every pod of `replica` (one per GPU resource it requests)."""
+    return tuple(
+        {"key": r, "operator": "Exists", "effect": "NoSchedule"} for r, n in sorted(replica.gpus.items()) if n > 0
+    )
+
+
+EXTENDED_RESOURCE_HINT = (
+    "; if the apiserver adds that toleration itself (ExtendedResourceToleration admission plugin, "
+    "as on GKE), set extendedResourceToleration: true in the topoguard config"
+)
+
+
+def _gpu_fit(
+    replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex, *, extended_resource_toleration: bool = False
+) -> ReplicaFit:
     offering = [c for c in classes if _offers(c, replica)]
     resources = "+".join(sorted(r for r, n in replica.gpus.items() if n > 0))
     if not offering:
@@ -118,9 +143,19 @@ def _gpu_fit(replica: Replica, classes: Sequence[NodeClass], index: ZoneIndex) -
         return _failed(
             replica, f"its {describe_placement(replica.placement)} matches none of the {count} {resources} node(s)"
         )
-    usable = [(c, slots) for c, slots in matched if not nodes.untolerated(c.taints, replica.placement.tolerations)]
+    tolerations = tuple(replica.placement.tolerations)
+    if extended_resource_toleration:
+        tolerations += implied_tolerations(replica)
+    usable = [(c, slots) for c, slots in matched if not nodes.untolerated(c.taints, tolerations)]
     if not usable:
-        return _failed(replica, f"it does not tolerate taint {_blocking(matched, replica)} of the {resources} nodes")
+        blocking = _blocking(matched, replica, tolerations=tolerations)
+        gpu_taint = not extended_resource_toleration and any(
+            t.key in replica.gpus and t.effect == "NoSchedule"
+            for c, _ in matched
+            for t in nodes.untolerated(c.taints, tolerations)
+        )
+        hint = EXTENDED_RESOURCE_HINT if gpu_taint else ""
+        return _failed(replica, f"it does not tolerate taint {blocking} of the {resources} nodes{hint}")
     return ReplicaFit(replica.key, tuple(s for _, s in usable), tuple(c for c, _ in usable), (), "")
 
 
@@ -148,11 +183,17 @@ def taint_order(taint: Taint) -> tuple[str, str, str]:
     return (taint.key, taint.value, taint.effect)
 
 
-def fit_zone(group: JobGroup, index: ZoneIndex, zone: str, *, strict: bool) -> ZoneFit:
-    """How every replica type of `group` fits `zone` (strict: tolerations exactly as written)."""
+def fit_zone(
+    group: JobGroup, index: ZoneIndex, zone: str, *, strict: bool, extended_resource_toleration: bool = False
+) -> ZoneFit:
+    """How every replica type of `group` fits `zone` (strict: tolerations exactly as written, plus
+    those the apiserver adds to GPU pods when `extended_resource_toleration`)."""
     classes = index.classes_in(zone)
     gpu_replicas = [r for r in group.replicas if r.gpus_per_pod > 0]
-    fits: dict[str, ReplicaFit] = {r.key: _gpu_fit(r, classes, index) for r in gpu_replicas}
+    fits: dict[str, ReplicaFit] = {
+        r.key: _gpu_fit(r, classes, index, extended_resource_toleration=extended_resource_toleration)
+        for r in gpu_replicas
+    }
     anchors = [f for f in fits.values() if f.can_run]
     pool_taints: frozenset[Taint] = frozenset()
     if not strict:
@@ -176,7 +217,7 @@ def fit_zone(group: JobGroup, index: ZoneIndex, zone: str, *, strict: bool) -> Z
 
 
 def _anchor_totals(anchors: Sequence[ReplicaFit], gpu_keys: frozenset[str]) -> dict[str, int]:
-    """GPU nodes and free GPUs on the union of the anchor pools, per class where a pool is a whole class.
+    """GPU nodes, free and allocatable GPUs on the union of the anchor pools, per class where a pool is a whole class.
 
     NB: summing whole classes from their precomputed totals keeps this independent of the node count;
     only a selector that reads a per-node key (hostname, node name) costs a pass over its class.
@@ -189,15 +230,19 @@ def _anchor_totals(anchors: Sequence[ReplicaFit], gpu_keys: frozenset[str]) -> d
                 picked[id(cls)] = (cls, None)
             else:
                 picked[id(cls)] = (cls, seen | {n.name for n in pool.nodes})
-    nodes_count = free = 0
+    nodes_count = free = allocatable = 0
     for cls, names in picked.values():
         if names is None:
             nodes_count += len(cls.nodes)
             free += cls.gpus_free(gpu_keys)
+            allocatable += cls.gpus_allocatable(gpu_keys)
         else:
             nodes_count += len(names)
-            free += sum(n.free.get(r, 0) for n in cls.nodes if n.name in names for r in gpu_keys)
-    return {"gpu_nodes": nodes_count, "gpus_free": free}
+            for n in cls.nodes:
+                if n.name in names:
+                    free += sum(n.free.get(r, 0) for r in gpu_keys)
+                    allocatable += sum((n.allocatable or n.free).get(r, 0) for r in gpu_keys)
+    return {"gpu_nodes": nodes_count, "gpus_free": free, "gpus_allocatable": allocatable}
 
 
 def replica_zones(fits: Sequence[ZoneFit]) -> dict[str, tuple[str, ...]]:

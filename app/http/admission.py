@@ -2,8 +2,10 @@
 
 The server's POST /mutate and /validate and `topoguard review` both call `parse_review` then
 `answer`, so they give the same answer to the same review. No FastAPI, no I/O, no metrics: the
-caller records those, which is also why a dry-run request needs nothing special here (the answer
-is the same and `answer` has no side effects; `Outcome.dry_run` lets the caller skip its own).
+caller records those. The one side effect is the server's in-flight reservation (http/inflight.py,
+passed in as `in_flight`): an admitted mutating review holds its job's GPUs in its zone until the
+watch shows the job; a dry-run review holds nothing (otherwise its answer is the same, and
+`Outcome.dry_run` lets the caller skip its own side effects), nor does the validating path.
 
 Order of the checks in `answer` (each one ends the pipeline):
 
@@ -46,6 +48,8 @@ from app import engine, jobs
 from app.config import Settings
 from app.engine import patches
 from app.http import responses
+from app.http.inflight import InFlight
+from app.jobs import status as job_status
 from app.models import labels
 from app.models.admission import API_VERSION, KIND, AdmissionRequest, RequestKind, ReviewRequest
 from app.models.admission import Operation as RequestOperation  # the operations a request may name
@@ -251,10 +255,11 @@ def answer(
     settings: Settings,
     operation: Operation,
     cache_problem: str | None = None,
+    in_flight: InFlight | None = None,
 ) -> Outcome:
     """The response AdmissionReview for `request` (see the module docstring for the rules)."""
     return prepare(request, snapshot=snapshot, settings=settings, operation=operation,
-                   cache_problem=cache_problem).result()
+                   cache_problem=cache_problem, in_flight=in_flight).result()
 
 
 class Prepared:
@@ -293,11 +298,16 @@ def prepare(
     settings: Settings,
     operation: Operation,
     cache_problem: str | None = None,
+    in_flight: InFlight | None = None,
 ) -> Prepared:
-    """Everything of `answer` up to the engine's decision, which is looked up but not computed."""
+    """Everything of `answer` up to the engine's decision, which is looked up but not computed.
+
+    `in_flight`: the replica's in-flight reservations (the server passes its own; `topoguard review`
+    none). The decision counts them, and an admitted, non-dry-run mutating review adds its own hold.
+    """
     kind = request.kind.kind or str((request.obj or {}).get("kind", ""))
     try:
-        return _prepare(request, snapshot, settings, operation, cache_problem, kind)
+        return _prepare(request, snapshot, settings, operation, cache_problem, kind, in_flight)
     except Exception as e:
         return Prepared(request, kind, _internal_error(request, kind, e))
 
@@ -316,6 +326,7 @@ def _prepare(
     operation: Operation,
     cache_problem: str | None,
     kind: str,
+    in_flight: InFlight | None = None,
 ) -> Prepared:
     uid, obj = request.uid, request.obj
 
@@ -351,15 +362,21 @@ def _prepare(
         refusal = responses.refused(uid, code=503, message=message + "; retry shortly")
         return done(Outcome(refusal, "denied", kind, None))
 
-    pending = engine.pending("decide" if operation == "mutate" else "validate", group, snapshot, settings)
+    holds = in_flight.current(snapshot) if in_flight is not None else ()
+    suspended = job_status.is_suspended(obj)
+    pending = engine.pending("decide" if operation == "mutate" else "validate", group, snapshot, settings,
+                             suspended=suspended, in_flight=holds)
 
     def finish() -> Outcome:
         try:
             decision = pending.result()
         except engine.IndexValuesLimitError as e:
             return _too_large(uid, subject, kind, [str(e)], warn=warn)
-        return _finish(uid, obj, subject, kind, group, decision, settings, operation,
-                       warn=warn, job_name=_job_name(obj, request.name))
+        outcome = _finish(uid, obj, subject, kind, group, decision, settings, operation,
+                          warn=warn, job_name=_job_name(obj, request.name))
+        if in_flight is not None and operation == "mutate" and not request.dry_run and not suspended:
+            _hold(in_flight, group, outcome, request.uid)
+        return outcome
 
     return Prepared(request, kind, finish, cheap=pending.known is not None)
 
@@ -383,6 +400,26 @@ def _finish(
     warnings = [engine.render(w, job_name) for w in decision.warnings]
     review = responses.allowed(uid, patch=ops, warnings=warnings, audit=_audit(decision, name))
     return Outcome(review, name, kind, decision)
+
+
+def _hold(in_flight: InFlight, group: JobGroup, outcome: Outcome, uid: str) -> None:
+    """Keep the GPUs of a job just admitted to a zone until the watch shows it (http/inflight.py).
+
+    (A suspended job reserves nothing: the caller does not call this.) A job named by generateName has
+    no name yet: its hold is keyed by the request uid, so only the window (not its appearance in the
+    watch) ends it.
+    """
+    decision = outcome.decision
+    if decision is None or not decision.allowed or not decision.zone:
+        return
+    if outcome.outcome not in ("patched", "unchanged"):
+        return
+    gpus: dict[str, int] = {}
+    for replica in group.replicas:
+        for resource, count in replica.gpus.items():
+            gpus[resource] = gpus.get(resource, 0) + count * replica.count
+    name = group.name or f"{uid}*"
+    in_flight.hold((group.kind, group.namespace, name), decision.zone, gpus)
 
 
 def _ours_to_place(request: ReviewRequest, obj: Mapping[str, Any], snapshot: Snapshot) -> bool:

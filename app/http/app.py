@@ -103,6 +103,7 @@ def _warm(state: AppState, snapshot: Snapshot) -> None:
             snapshot, zone_label=state.settings.zone_label, gpu_resources=state.settings.gpu_resources
         )
         state.metrics.record_zones({zone: info["gpusFree"] for zone, info in zones.items()})
+        state.metrics.record_reserved({zone: info["gpusReserved"] for zone, info in zones.items()})
         state.metrics.record_cache(synced=state.store.status().synced, age_seconds=0.0, objects=state.object_counts())
     except Exception:
         log.exception("could not export the zone gauges for a snapshot", extra={"revision": snapshot.revision})

@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 from app.cache.store import Store, SyncStatus
 from app.config import Settings
 from app.http.deadlines import BodyDeadlines
+from app.http.inflight import InFlight
 from app.http.workers import READER_THREADS, MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import BoundedMemo, Snapshot
@@ -47,6 +48,8 @@ class AppState:
     memory: MemoryBudget = field(init=False)  # the reviews in flight (the workers' budget when there are any)
     # Checks the bearer tokens of /map callers when settings.map_access is `authorized` (app.cache.access).
     map_reviewer: AccessReviewer | None = None
+    # This replica's in-flight reservations (jobs admitted, not yet in its watch): http/inflight.py.
+    in_flight: InFlight = field(default_factory=InFlight)
 
     def __post_init__(self) -> None:
         self.body_deadlines = BodyDeadlines(self.settings.request_deadline_seconds)

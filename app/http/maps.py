@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app import engine, jobs, policy
 from app.config import Settings
-from app.engine import capacity
+from app.engine import capacity, ledger
 from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
@@ -40,8 +40,10 @@ log = logging.getLogger(__name__)
 
 
 def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...]) -> dict[str, dict[str, int]]:
-    """Per zone: nodes, GPU nodes, allocatable-minus-held GPUs (Ready, schedulable nodes only)."""
+    """Per zone: nodes, GPU nodes, allocatable-minus-held GPUs (Ready, schedulable nodes only), and the
+    GPUs admitted jobs reserve there (engine/ledger.py; this replica's in-flight holds not included)."""
     index = capacity.zone_index(snapshot, zone_label=zone_label, gpu_resources=gpu_resources)
+    reserved = ledger.ledger_of(snapshot, gpu_resources=gpu_resources).by_zone  # the stored jobs' reservations
     out: dict[str, dict[str, int]] = {}
     for zone in index.zones:
         classes = index.classes_in(zone)
@@ -49,6 +51,7 @@ def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[s
             "nodes": sum(len(c.nodes) for c in classes),
             "gpuNodes": sum(len(c.nodes) for c in classes if c.gpu_resources),
             "gpusFree": sum(c.gpus_free(gpu_resources) for c in classes),
+            "gpusReserved": sum(reserved.get(zone, {}).values()),
         }
     return out
 

@@ -198,7 +198,7 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
     try:
         snapshot, problem = state.snapshot()
         prepared = admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
-                                     cache_problem=problem)
+                                     cache_problem=problem, in_flight=state.in_flight)
         if prepared.cheap:
             return request, _encode(prepared.result())
     except Exception:

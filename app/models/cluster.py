@@ -83,6 +83,7 @@ class PodInfo:
     ports: tuple[ContainerPort, ...]
     host_network: bool
     ips: tuple[str, ...]
+    owner: tuple[str, str] = ("", "")  # (kind, name) of its controller ownerReference, when it has one
 
     @property
     def terminal(self) -> bool:
@@ -142,6 +143,31 @@ class TrainingRuntimeInfo:
 
 # (kind, namespace, name): namespace "" for ClusterTrainingRuntime.
 RuntimeKey = tuple[str, str, str]
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A stored training job as the reservation ledger reads it (a few hundred bytes, not the object).
+
+    `demand` is every extended resource the job's pods ask for, summed over all its pods (the same
+    pod_requests reading as a bound pod's); `pod_label` is the label key, and `operators` the
+    `training.kubeflow.org/operator-name` values, by which its pods are told apart from others.
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    zone: str  # the `topoguard.io/zone` annotation: "" when topoguard did not pin it to one zone
+    demand: Mapping[str, int]
+    pods: int
+    suspended: bool
+    finished: bool
+    created: str  # metadata.creationTimestamp as written ("" when absent)
+    pod_label: str
+    operators: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,6 +186,8 @@ class Snapshot:
     training_runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] = field(default_factory=lambda: MappingProxyType({}))
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # The stored training jobs of every supported kind (the reservation ledger's input).
+    jobs: tuple[JobInfo, ...] = ()
 
     def memo(self, key: str, build: Callable[[Snapshot], T]) -> T:
         """Return the derived value `key`, building it with `build(self)` the first time.

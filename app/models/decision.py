@@ -34,6 +34,11 @@ class ZoneReport:
     flows: tuple[FlowCheck, ...]
     problems: tuple[str, ...]  # human-readable, sorted: why this zone cannot take the job
     eligible: bool
+    # "now": fits the free GPUs now; "wait": only once running work ends (allocatable); "never".
+    capacity: str = ""
+    gpus_allocatable: int = 0  # on the nodes the GPU replicas can use, as if nothing ran
+    gpus_reserved: int = 0  # reserved there by admitted jobs (the ledger), of the kinds the job asks for
+    capacity_note: str = ""  # the shortfall of a zone that takes the job anyway (capacity=wait)
 
 
 @dataclass(frozen=True)
@@ -57,3 +62,5 @@ class Decision:
     excluded_zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Refused (at least) because the replicas share no zone, or (validate) could run split across zones.
     split: bool = False
+    # The chosen zone's capacity: "now" (fits its free GPUs) or "wait" (pinned there to wait Pending).
+    capacity: str = ""

@@ -43,3 +43,6 @@ COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
 BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 LEGACY_JOB_NAME_LABEL = "job-name"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+# Queue managers that create jobs suspended (DESIGN.md "Round 2": suspended jobs reserve nothing).
+KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"

@@ -28,6 +28,7 @@ from tests.chart.rendering import CHART, HelmError, Render, run_helm
     pytest.param(["config.limits.podsPerPod=3"], "additional properties 'podsPerPod' not allowed",
                  id="a misspelt limit is rejected"),
     pytest.param(["server.decisionWorkers=0"], "/server/decisionWorkers", id="no decision workers"),
+    pytest.param(["config.capacityPolicy=later"], "/config/capacityPolicy", id="bad capacityPolicy"),
     pytest.param(["config.spreadWithinZone=zone"], "/config/spreadWithinZone", id="bad spreadWithinZone"),
     pytest.param(["config.gpuResources=nvidia.com/gpu"], "/config/gpuResources", id="gpuResources must be a list"),
     pytest.param(["webhook.mutating.failurePolicy=Open"], "/webhook/mutating/failurePolicy", id="bad failurePolicy"),

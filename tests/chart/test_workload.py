@@ -101,16 +101,18 @@ def test_server_args_point_at_the_mounted_config_and_certificate(default_objects
 
 @pytest.mark.parametrize(("config", "want"), [
     pytest.param({}, {"zone_label": "topology.kubernetes.io/zone", "mode": "pin", "enforcement": "deny",
-                      "gpu_resources": ("nvidia.com/gpu", "amd.com/gpu"), "request_deadline_seconds": 4.0},
+                      "gpu_resources": ("nvidia.com/gpu", "amd.com/gpu"), "request_deadline_seconds": 4.0,
+                      "capacity_policy": "wait", "extended_resource_toleration": False},
                  id="defaults load as the documented settings"),
     pytest.param({"config": {"zoneIdentityLabel": "zone", "mode": "colocate", "enforcement": "warn",
                              "policyEnforcement": "always", "spreadWithinZone": "hostname", "zoneStrategy": "binpack",
-                             "gpuResources": ["nvidia.com/gpu"]},
+                             "gpuResources": ["nvidia.com/gpu"], "capacityPolicy": "refuse",
+                             "extendedResourceToleration": True},
                   "webhook": {"mutating": {"timeoutSeconds": 1}}},
                  {"zone_identity_label": "zone", "mode": "colocate", "enforcement": "warn",
                   "policy_enforcement": "always",
                   "spread_within_zone": "hostname", "zone_strategy": "binpack", "gpu_resources": ("nvidia.com/gpu",),
-                  "request_deadline_seconds": 0.5},
+                  "request_deadline_seconds": 0.5, "capacity_policy": "refuse", "extended_resource_toleration": True},
                  id="every config key reaches topoguard's Settings"),
 ])
 def test_rendered_config_loads_into_topoguard_settings(
@@ -148,6 +150,10 @@ def test_rbac_is_read_only(render: Render, events: bool) -> None:
         ("cilium.io", "ciliumcidrgroups"): READ_VERBS,
         ("trainer.kubeflow.org", "trainingruntimes"): READ_VERBS,
         ("trainer.kubeflow.org", "clustertrainingruntimes"): READ_VERBS,
+        **{("kubeflow.org", r): READ_VERBS
+           for r in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")},
+        ("jobset.x-k8s.io", "jobsets"): READ_VERBS,
+        ("trainer.kubeflow.org", "trainjobs"): READ_VERBS,
     }
     if events:
         want |= {("", "events"): {"create"}, ("events.k8s.io", "events"): {"create"}}

@@ -138,6 +138,20 @@ def _collections() -> list[Collection]:
             "trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes",
             namespaced=False, builtin=False,
         ),
+        # The training jobs (the reservation ledger): CRDs, served like the cluster's operators serve them.
+        *(
+            Collection(api_version, kind, plural, namespaced=True, builtin=False)
+            for api_version, kind, plural in (
+                ("kubeflow.org/v1", "PyTorchJob", "pytorchjobs"),
+                ("kubeflow.org/v1", "TFJob", "tfjobs"),
+                ("kubeflow.org/v2beta1", "MPIJob", "mpijobs"),
+                ("kubeflow.org/v1", "XGBoostJob", "xgboostjobs"),
+                ("kubeflow.org/v1", "PaddleJob", "paddlejobs"),
+                ("kubeflow.org/v1", "JAXJob", "jaxjobs"),
+                ("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets"),
+                ("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs"),
+            )
+        ),
     ]
 
 

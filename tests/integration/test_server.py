@@ -250,9 +250,9 @@ def test_missed_deadline_answers_per_enforcement(
     gate = threading.Event()
     fresh = cached.decide_fresh
 
-    def gated(*args: Any) -> Any:
+    def gated(*args: Any, **kwargs: Any) -> Any:
         gate.wait(timeout=60)
-        return fresh(*args)
+        return fresh(*args, **kwargs)
 
     monkeypatch.setattr(cached, "decide_fresh", gated)
     snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
@@ -335,8 +335,8 @@ def test_map_lists_zones_with_gpu_capacity(map_client: httpx.Client) -> None:
     got = map_client.get("/map")
     assert got.status_code == 200
     assert got.json()["zones"] == [
-        {"zone": "zone-a", "nodes": 2, "gpuNodes": 2, "gpusFree": 8},
-        {"zone": "zone-b", "nodes": 2, "gpuNodes": 0, "gpusFree": 0},
+        {"zone": "zone-a", "nodes": 2, "gpuNodes": 2, "gpusFree": 8, "gpusReserved": 0},
+        {"zone": "zone-b", "nodes": 2, "gpuNodes": 0, "gpusFree": 0, "gpusReserved": 0},
     ]
 
 
@@ -468,11 +468,31 @@ class CountingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
+def test_admitted_jobs_hold_gpus_so_each_next_decision_is_made_afresh(
+    serve: Callable[..., RunningServer], server_pair: KeyPair
+) -> None:
+    snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
+    app = create_app(Settings(zone_identity_label="zone"), StaticStore(snapshot))
+    pool = CountingExecutor()
+    assert app.state.workers is not None
+    app.state.workers._deciders = pool
+    server = serve(app)
+    with https_client(server, server_pair) as c:
+        for name in ("sweep-1", "sweep-2", "sweep-3"):
+            review = admission_review(pytorchjob(name))
+            assert check_review_envelope(c.post("/mutate", json=review).json(), review["request"]["uid"])["allowed"]
+    assert pool.submitted == 3
+    assert len(app.state.in_flight) == 3
+
+
 def test_a_decision_in_the_memo_is_answered_without_a_decision_worker(
     serve: Callable[..., RunningServer], server_pair: KeyPair
 ) -> None:
     """The first job of a shape is decided on a decision worker (deadline kept); the next ones, which differ
-    only in name, come from the snapshot's decision memo and are answered by the reader, with their own names."""
+    only in name, come from the snapshot's decision memo and are answered by the reader, with their own names.
+
+    Dry runs, so that no review holds in-flight GPUs: a real admission's hold changes what the next
+    decision counts, and a decision made with other holds is never served from the memo (below)."""
     snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
     app = create_app(Settings(zone_identity_label="zone"), StaticStore(snapshot))
     pool = CountingExecutor()
@@ -483,6 +503,7 @@ def test_a_decision_in_the_memo_is_answered_without_a_decision_worker(
     with https_client(server, server_pair) as c:
         for name in ("sweep-1", "sweep-2", "sweep-3"):
             review = admission_review(pytorchjob(name))
+            review["request"]["dryRun"] = True
             got = c.post("/mutate", json=review)
             answers.append(check_review_envelope(got.json(), review["request"]["uid"]))
     assert pool.submitted == 1

@@ -34,9 +34,10 @@ from tests.integration.fakeapi import (
     wait_until,
 )
 
+JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob")
 KINDS = (
     "Node", "Namespace", "Pod", "NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy",
-    "CiliumCIDRGroup", "TrainingRuntime", "ClusterTrainingRuntime",
+    "CiliumCIDRGroup", "TrainingRuntime", "ClusterTrainingRuntime", *JOB_KINDS,
 )
 
 
@@ -117,7 +118,7 @@ def test_initial_sync_keeps_projections_of_every_kind(api: FakeApiServer, tmp_pa
     assert status.detail == dict.fromkeys(KINDS, "synced")
     assert counts == {"Node": 1, "Namespace": 1, "Pod": 1, "NetworkPolicy": 1, "CiliumNetworkPolicy": 1,
                       "CiliumClusterwideNetworkPolicy": 1, "CiliumCIDRGroup": 1, "TrainingRuntime": 1,
-                      "ClusterTrainingRuntime": 1}
+                      "ClusterTrainingRuntime": 1, **dict.fromkeys(JOB_KINDS, 0)}
 
 
 def test_snapshot_holds_projections_only(api: FakeApiServer, tmp_path: Path) -> None:
@@ -312,3 +313,23 @@ def test_tuning_defaults_are_the_documented_bounds() -> None:
 
     assert (tuning.backoff_initial_seconds, tuning.backoff_max_seconds, tuning.absent_retry_seconds) == (0.5, 30, 60)
     assert 0.1 <= tuning.publish_interval_seconds <= 0.2
+
+
+def test_training_jobs_are_kept_as_ledger_projections(api: FakeApiServer, tmp_path: Path) -> None:
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "admitted", "namespace": "train", "uid": "u-1",
+                     "annotations": {"topoguard.io/zone": "a"}},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [
+            {"name": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}}},
+    }
+    api.apply(job)
+    with running_store(api, tmp_path) as store:
+        (got,) = store.snapshot().jobs
+        api.delete("PyTorchJob", "admitted", "train")
+        wait_until(lambda: store.snapshot().jobs == (), what="the deleted job leaves the snapshot")
+
+    assert (got.ref, got.zone, dict(got.demand), got.pods, got.suspended) == (
+        "PyTorchJob train/admitted", "a", {"nvidia.com/gpu": 8}, 2, False,
+    )

@@ -56,3 +56,14 @@ def test_bad_environment_value_is_a_clear_error() -> None:
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml"):
         load_settings(tmp_path / "nope.yaml", environ={})
+
+
+def test_capacity_keys_default_and_come_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("capacityPolicy: refuse\n")
+
+    assert (Settings().capacity_policy, Settings().extended_resource_toleration) == ("wait", False)
+    got = load_settings(path, environ={"TOPOGUARD_EXTENDED_RESOURCE_TOLERATION": "true"})
+    assert (got.capacity_policy, got.extended_resource_toleration) == ("refuse", True)
+    with pytest.raises(ConfigError, match="capacity_policy"):
+        load_settings(environ={"TOPOGUARD_CAPACITY_POLICY": "later"})

@@ -108,3 +108,12 @@ def test_outcomes_are_what_the_pipeline_and_the_server_emit() -> None:
 def test_help_text_and_operations_doc_list_the_label_values(metric: str, label: str, values: tuple[str, ...]) -> None:
     assert f"({', '.join(values)})" in _help(Metrics(), metric)
     assert _documented(metric, label) == list(values)
+
+
+def test_reserved_gpus_per_zone_follow_the_last_snapshot() -> None:
+    m = Metrics()
+    m.record_reserved({"zone-a": 12, "zone-c": 4})
+    m.record_reserved({"zone-a": 8})
+    series = samples(m).items()
+    got = {dict(labels)["zone"]: v for (name, labels), v in series if name == "topoguard_zone_reserved_gpus"}
+    assert got == {"zone-a": 8}

@@ -299,3 +299,49 @@ def test_training_runtimes_keep_template_and_policies_only() -> None:
         ("TrainingRuntime", "ml", "torch"): ("TrainingRuntime ml/torch", "", {}, {}, {}, template),
     }
     assert snapshot.missing_kinds == ()
+JOBS = """
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js, namespace: ml, uid: u-js, annotations: {topoguard.io/zone: zone-b}}
+spec:
+  suspend: true
+  replicatedJobs:
+    - name: workers
+      replicas: 2
+      template:
+        spec:
+          parallelism: 4
+          template:
+            spec:
+              containers: [{name: c, resources: {limits: {nvidia.com/gpu: "2"}}}]
+---
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: tj, namespace: ml, creationTimestamp: "2026-12-01T10:00:00Z"}
+spec:
+  runtimeRef: {name: torch-distributed}
+  trainer: {numNodes: 3, resourcesPerNode: {limits: {nvidia.com/gpu: 8}}}
+status:
+  conditions: [{type: Complete, status: "True"}]
+---
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: tj
+  namespace: ml
+  ownerReferences: [{apiVersion: trainer.kubeflow.org/v1alpha1, kind: TrainJob, name: tj, uid: u-tj}]
+spec:
+  replicatedJobs: [{name: node, template: {spec: {template: {spec: {containers: [{name: node}]}}}}}]
+"""
+
+
+def test_training_jobs_are_kept_as_compact_projections(tmp_path: Path) -> None:
+    (tmp_path / "jobs.yaml").write_text(JOBS)
+
+    got = [(j.ref, j.zone, dict(j.demand), j.pods, j.suspended, j.finished, j.created)
+           for j in load_snapshot(tmp_path).jobs]
+
+    assert got == [
+        ("JobSet ml/js", "zone-b", {"nvidia.com/gpu": 16}, 8, True, False, ""),
+        ("TrainJob ml/tj", "", {"nvidia.com/gpu": 24}, 3, False, True, "2026-12-01T10:00:00Z"),
+    ]  # the JobSet a TrainJob owns is the TrainJob's (it holds its GPUs), not a job of its own

@@ -23,6 +23,14 @@ def test_every_kind_is_watched_at_its_collection_url() -> None:
         "CiliumCIDRGroup": ("/apis/cilium.io/v2/ciliumcidrgroups", True),
         "TrainingRuntime": ("/apis/trainer.kubeflow.org/v1alpha1/trainingruntimes", True),
         "ClusterTrainingRuntime": ("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", True),
+        "PyTorchJob": ("/apis/kubeflow.org/v1/pytorchjobs", True),
+        "TFJob": ("/apis/kubeflow.org/v1/tfjobs", True),
+        "MPIJob": ("/apis/kubeflow.org/v2beta1/mpijobs", True),
+        "XGBoostJob": ("/apis/kubeflow.org/v1/xgboostjobs", True),
+        "PaddleJob": ("/apis/kubeflow.org/v1/paddlejobs", True),
+        "JAXJob": ("/apis/kubeflow.org/v1/jaxjobs", True),
+        "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2/jobsets", True),
+        "TrainJob": ("/apis/trainer.kubeflow.org/v1alpha1/trainjobs", True),
     }
 
 

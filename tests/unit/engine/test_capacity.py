@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Sequence
 
 import pytest
@@ -142,3 +143,56 @@ def test_pack(demands: list[tuple[str, int, int, list[capacity.Pool]]], want: st
         [capacity.PodDemand(key, count, {GPU: per_pod}, tuple(pools)) for key, count, per_pod, pools in demands]
     )
     assert got == want
+
+
+@pytest.mark.parametrize(
+    "count, free, want",
+    [
+        pytest.param(10_000_000, [8] * 1000, "Worker", id="ten million 1-GPU pods do not fit 8,000 GPUs"),
+        pytest.param(8_000, [8] * 1000, None, id="8,000 1-GPU pods fill 1,000 8-GPU nodes exactly"),
+        pytest.param(8_001, [8] * 1000, "Worker", id="one pod more than the GPUs"),
+    ],
+)
+def test_pack_counts_pods_instead_of_listing_them(count: int, free: list[int], want: str | None) -> None:
+    pool = slots(*free)
+    tracemalloc.start()
+    try:
+        got = capacity.pack([capacity.PodDemand("Worker", count, {GPU: 1}, (pool,))])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == want
+    # One object per pod would be hundreds of MB for ten million; counted packing keeps a few bins.
+    assert peak < 200_000
+
+
+def test_pack_mixes_partly_filled_nodes_with_untouched_ones() -> None:
+    # 3-GPU pods on 8-GPU nodes leave 2 per node; the 2-GPU pods then use exactly those remainders.
+    pool = slots(8, 8, 8)
+    demands = [
+        capacity.PodDemand("Big", 6, {GPU: 3}, (pool,)),
+        capacity.PodDemand("Small", 3, {GPU: 2}, (pool,)),
+    ]
+    assert capacity.pack(demands) is None
+    assert capacity.pack([*demands, capacity.PodDemand("Tiny", 1, {GPU: 1}, (pool,))]) == "Tiny"
+
+
+def test_pack_on_allocatable_ignores_what_runs_now() -> None:
+    busy = capacity.Pool.of([capacity.NodeSlot(f"n{i}", {}, {GPU: 0}, {GPU: 8}) for i in range(2)])
+    demand = [capacity.PodDemand("Worker", 2, {GPU: 8}, (busy,))]
+    assert capacity.pack(demand) == "Worker"
+    assert capacity.pack(demand, basis="allocatable") is None
+    assert capacity.pack([capacity.PodDemand("Worker", 3, {GPU: 8}, (busy,))], basis="allocatable") == "Worker"
+
+
+def test_pools_of_different_classes_are_counted_apart_and_subsets_node_by_node() -> None:
+    whole = capacity.Pool.of([capacity.NodeSlot(f"n{i}", {}, {GPU: 4}) for i in range(4)], owner="zone-a#0")
+    subset = capacity.Pool.of(whole.nodes[:1], owner="zone-a#0")
+    other = capacity.Pool.of([capacity.NodeSlot("m0", {}, {GPU: 4})], owner="zone-a#1")
+    # Pinned takes the one node both reach; the rest still has 3 x 4 + 4 free.
+    demands = [
+        capacity.PodDemand("Pinned", 1, {GPU: 4}, (subset,)),
+        capacity.PodDemand("Worker", 4, {GPU: 4}, (whole, other)),
+    ]
+    assert capacity.pack(demands) is None
+    assert capacity.pack([*demands[:1], capacity.PodDemand("Worker", 5, {GPU: 4}, (whole, other))]) == "Worker"

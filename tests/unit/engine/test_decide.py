@@ -239,7 +239,7 @@ CASES = [
                 make_pod("finished", namespace=NS, node="a100-c-1", gpus=8, phase="Succeeded"),
             ]
         ),
-        Settings(),
+        Settings(capacity_policy="refuse"),
         {
             "allowed": True,
             "zone": "zone-c",
@@ -249,7 +249,7 @@ CASES = [
             "open_zones": ("zone-c",),
         },
         [],
-        id="capacity: running pods hold GPUs, finished pods do not",
+        id="capacity (refuse): running pods hold GPUs, finished pods do not",
     ),
     pytest.param(
         torch(workers=1, gpus=8),
@@ -260,13 +260,13 @@ CASES = [
                 make_pod("busy-3", namespace=NS, node="a100-c-1", gpus=1),
             ]
         ),
-        Settings(),
+        Settings(capacity_policy="refuse"),
         denied({"zone-a": (2, 8, 8, False, "allow", False), "zone-c": (1, 7, 8, False, "allow", False)}),
         [
             "zone-a: needs 8 GPUs (1×8), 8 free, but they do not fit node by node (at most 4 free on one node)",  # noqa: RUF001
             "zone-c: needs 8 GPUs (1×8), 7 free",  # noqa: RUF001
         ],
-        id="per-node fit: 8 free in zone-a but no node has 8",
+        id="per-node fit (refuse): 8 free in zone-a but no node has 8",
     ),
     pytest.param(
         torch(worker_placement=make_placement({ZONE: "zone-c"}, tolerations=[tolerate()])),

@@ -59,9 +59,91 @@ def test_text_map_has_the_zone_table_and_the_choice() -> None:
     code, out, _ = explain(str(LAB_JOB), "--cluster", str(LAB_CLUSTER), "--config", str(LAB_CONFIG))
     assert code == 0
     lines = out.splitlines()
-    assert lines[2].split() == ["ZONE", "GPU", "NODES", "GPUS", "FREE/NEEDED", "FITS", "NETWORK", "ELIGIBLE"]
-    assert lines[3].split() == ["zone-a", "2", "8/4", "yes", "allow", "yes"]
-    assert "chosen zone: zone-a (zoneStrategy most-free, mode pin)" in lines
+    assert lines[2].split() == [
+        "ZONE", "GPU", "NODES", "GPUS", "FREE/NEEDED", "RESERVED", "CAPACITY", "FITS", "NETWORK", "ELIGIBLE"
+    ]
+    assert lines[3].split() == ["zone-a", "2", "8/4", "0", "now", "yes", "allow", "yes"]
+    assert "chosen zone: zone-a (zoneStrategy most-free, mode pin, capacity=now, capacityPolicy wait)" in lines
+
+
+ADMITTED = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: admitted
+  namespace: research
+  annotations: {topoguard.io/zone: zone-a}
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      replicas: 3
+      template:
+        spec:
+          containers: [{name: pytorch, image: pytorch, resources: {limits: {nvidia.com/gpu: 4}}}]
+"""
+
+
+def test_explain_shows_what_admitted_jobs_reserve_and_who_holds_it(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    (cluster / "nodes.yaml").write_text(THREE_ZONES)
+    (cluster / "admitted.yaml").write_text(ADMITTED)
+    job = tmp_path / "job.yaml"
+    job.write_text(NEWCOMER)
+
+    code, out, _ = explain(str(job), "--cluster", str(cluster), "-o", "json")
+    got = json.loads(out)
+
+    assert code == 0
+    assert got["zone"] == "zone-c"
+    assert got["capacity"] == "now"
+    assert {z["zone"]: (z["gpusReserved"], z["capacity"], [h["job"] for h in z["reservedBy"]])
+            for z in got["zones"]} == {
+        "zone-a": (12, "wait", ["PyTorchJob research/admitted"]),
+        "zone-c": (0, "now", []),
+    }
+    code, text, _ = explain(str(job), "--cluster", str(cluster))
+    assert "    reserved: 12 GPUs by PyTorchJob research/admitted" in text.splitlines()
+
+
+THREE_ZONES = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: research, labels: {topoguard.io/enabled: "true"}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: a-1, labels: {kubernetes.io/hostname: a-1, topology.kubernetes.io/zone: zone-a}}
+status: {allocatable: {nvidia.com/gpu: "8"}, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: a-2, labels: {kubernetes.io/hostname: a-2, topology.kubernetes.io/zone: zone-a}}
+status: {allocatable: {nvidia.com/gpu: "8"}, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: c-1, labels: {kubernetes.io/hostname: c-1, topology.kubernetes.io/zone: zone-c}}
+status: {allocatable: {nvidia.com/gpu: "8"}, conditions: [{type: Ready, status: "True"}]}
+"""
+
+NEWCOMER = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: newcomer, namespace: research}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: pytorch, resources: {limits: {nvidia.com/gpu: 4}}}]
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: pytorch, resources: {limits: {nvidia.com/gpu: 4}}}]
+"""
 
 
 @pytest.mark.parametrize(
