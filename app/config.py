@@ -40,6 +40,10 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(default=7 * 1024 * 1024, gt=0)
     request_deadline_seconds: float = Field(default=8.0, gt=0)
     cache_stale_seconds: float = Field(default=120.0, gt=0)
+    # The Cilium agent's version (e.g. "1.20.2"); "" = read it from the cluster (cilium-config's
+    # app.kubernetes.io/version label, else the agent DaemonSet's image tag). Selects the
+    # version-dependent policy semantics (identity label filter, namespace-label peers, entities).
+    cilium_version: str = ""
 
     @field_validator("gpu_resources", mode="before")
     @classmethod
