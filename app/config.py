@@ -89,6 +89,10 @@ class Settings(BaseModel):
     # Whether the apiserver runs the ExtendedResourceToleration admission plugin (GKE does), which
     # makes every pod that requests a GPU resource tolerate a taint with that resource's name.
     extended_resource_toleration: bool = False
+    # The Cilium agent's version (e.g. "1.20.2"); "" = read it from the cluster (cilium-config's
+    # app.kubernetes.io/version label, else the agent DaemonSet's image tag). Selects the
+    # version-dependent policy semantics (identity label filter, namespace-label peers, entities).
+    cilium_version: str = ""
 
     @field_validator("gpu_resources", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from app import config
 from app.cache import files
 from app.models.cluster import Snapshot
 from app.models.network import Endpoint, PolicyEnforcement, PortRange, Reason, SideVerdict, Verdict
+from app.policy import agent as agents
 from app.policy import check_flow, endpoint_for_pod, policy_problems
 
 EXIT_CODES = {"allow": 0, "deny": 1, "unknown": 3}
@@ -125,13 +126,15 @@ def render_text(verdict: Verdict, flow: Mapping[str, Any], problems: list[tuple[
 def run(args: argparse.Namespace) -> int:
     try:
         snapshot = files.load_snapshot(args.cluster)
-        mode = args.policy_enforcement or config.load_settings(args.config).policy_enforcement
+        settings = config.load_settings(args.config)
+        mode = args.policy_enforcement or settings.policy_enforcement
+        agent = agents.agent_settings(snapshot, version=settings.cilium_version)
         src, dst = resolve_endpoint(snapshot, args.src), resolve_endpoint(snapshot, args.dst)
         ports, protocol = parse_port(args.port)
-    except (files.SnapshotError, config.ConfigError, UsageError) as e:
+    except (files.SnapshotError, config.ConfigError, agents.AgentConfigError, UsageError) as e:
         print(f"topoguard reach: {e}", file=sys.stderr)
         return EXIT_USAGE
-    verdict = check_flow(snapshot, src, dst, ports, protocol, enforcement=cast(PolicyEnforcement, mode))
+    verdict = check_flow(snapshot, src, dst, ports, protocol, enforcement=cast(PolicyEnforcement, mode), agent=agent)
     flow = {"from": args.src, "to": args.dst, "port": str(ports), "protocol": protocol, "policyEnforcement": mode}
     # Only the problems of policies that took part in this verdict; `explain`/`/map` show the rest.
     involved = {r.policy for r in verdict.reasons if r.policy}

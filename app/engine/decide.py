@@ -89,6 +89,7 @@ def start_run(
         enforcement=settings.policy_enforcement,
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
+        agent=policy.snapshot_agent(snapshot, settings.cilium_version),
     )
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))

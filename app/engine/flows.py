@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from app import policy
 from app.engine import budget
 from app.engine.memo import JOB_PLACEHOLDER
+from app.models.cilium import CiliumAgent
 from app.models.cluster import Snapshot
 from app.models.decision import FlowCheck
 from app.models.job import Flow, JobGroup, Replica
@@ -70,6 +71,8 @@ class FlowChecker:
     # `limits.policyIndexValuesPerJob`): each named index is a class of its own, and a flow's cost grows
     # with the product of its two ends' classes.
     index_values_limit: int = DEFAULT_INDEX_VALUES_LIMIT
+    # The Cilium agent whose semantics decide (version, identity label filter; policy.snapshot_agent).
+    agent: CiliumAgent | None = None
     cache: dict[tuple[EndpointKey, EndpointKey, int, int, str], Verdict] = field(default_factory=dict)
     # Replica key → why some of its pods were not checked (their flows are `unknown`).
     truncated: dict[str, str] = field(default_factory=dict)
@@ -162,7 +165,8 @@ class FlowChecker:
         found = self.cache.get(key)
         if found is None:
             budget.check()  # a decision given up stops here, within one verdict's time
-            found = policy.check_flow(self.snapshot, src, dst, flow.ports, flow.protocol, enforcement=self.enforcement)
+            found = policy.check_flow(self.snapshot, src, dst, flow.ports, flow.protocol, enforcement=self.enforcement,
+                                      agent=self.agent)
             self.cache[key] = found
         return found
 

@@ -76,7 +76,8 @@ def namespace_map(snapshot: Snapshot, settings: Settings, namespace: str) -> dic
         labels = {settings.zone_identity_label: zone} if settings.zone_identity_label else {}
         # The policy messages name an endpoint as `namespace/name`, so the name is the pod alone.
         pod = Endpoint(namespace=namespace, labels=labels, namespace_labels=ns_labels, name=f"<pod in {zone}>")
-        verdict = policy.check_flow(snapshot, pod, pod, ALL_PORTS, "TCP", enforcement=settings.policy_enforcement)
+        verdict = policy.check_flow(snapshot, pod, pod, ALL_PORTS, "TCP", enforcement=settings.policy_enforcement,
+                                    agent=policy.snapshot_agent(snapshot, settings.cilium_version))
         flows.append({"zone": zone, "flow": f"pod → pod TCP/{ALL_PORTS}", "verdict": verdict.verdict,
                       "reasons": [_reason(r) for r in verdict.reasons]})
     return {

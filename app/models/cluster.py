@@ -188,6 +188,11 @@ class Snapshot:
     _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     # The stored training jobs of every supported kind (the reservation ledger's input).
     jobs: tuple[JobInfo, ...] = ()
+    # The cilium-config ConfigMap (data, and its labels); None when not read or not present.
+    cilium_config: Mapping[str, str] | None = None
+    cilium_config_labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The image of the Cilium agent DaemonSet's agent container ("" when not known).
+    cilium_image: str = ""
 
     def memo(self, key: str, build: Callable[[Snapshot], T]) -> T:
         """Return the derived value `key`, building it with `build(self)` the first time.

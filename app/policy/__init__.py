@@ -43,7 +43,7 @@ from app.policy.index import (
     label_values_mentioned,
     policy_problems,
 )
-from app.policy.verdicts import check_flow, evaluate_flow
+from app.policy.verdicts import check_flow, evaluate_flow, snapshot_agent
 
 __all__ = [
     "PolicyIndex",
@@ -54,4 +54,5 @@ __all__ = [
     "label_keys_mentioned",
     "label_values_mentioned",
     "policy_problems",
+    "snapshot_agent",
 ]

@@ -291,7 +291,9 @@ def _port_rule(
         raise InvalidPolicy(f"{where}.ports: {len(ports)} ports, at most {MAX_PORTS_PER_RULE} are allowed")
     specs = tuple(parse_cilium_port(p, f"{where}.ports[{i}]") for i, p in enumerate(ports))
     conditions = _l7_conditions(raw, where, direction, specs)
-    return (specs or None), conditions
+    # NB: a port rule without ports (`{}`, `ports: []`) covers no port, it is not "all ports":
+    # Cilium adds an L4 filter per listed port only (pkg/policy/rule.go mergeL4Filter).
+    return specs, conditions
 
 
 def _l7_conditions(

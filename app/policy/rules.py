@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from app.models.cilium import Version
 from app.policy.ports import PortSpec
 from app.policy.selectors import Match, PeerSelector, Selector
 
@@ -19,8 +20,9 @@ Direction = Literal["ingress", "egress"]
 DIRECTIONS: tuple[Direction, Direction] = ("ingress", "egress")
 
 # Entities and whether they match a regular (non-hostNetwork) pod (cilium-semantics.md §4.5;
-# pkg/policy/api/entity.go). `cluster` holds every pod of the local cluster; `cluster-mesh`
-# membership is unverified, so it is `maybe`.
+# pkg/policy/api/entity.go). `cluster` holds every pod of the local cluster; `cluster-mesh` is new
+# in 1.20, where it holds every endpoint carrying a cluster label (so every local pod); it is
+# `maybe` when the version is not known.
 ENTITY_MATCHES_POD: Mapping[str, Match] = {
     "all": "yes",
     "cluster": "yes",
@@ -37,6 +39,9 @@ ENTITY_MATCHES_POD: Mapping[str, Match] = {
     "unmanaged": "no",
     "none": "no",
 }
+
+
+CLUSTER_MESH_ENTITY_SINCE = (1, 20)
 
 
 def entity_matches_node(entity: str, node: str) -> Match:
@@ -59,20 +64,26 @@ class Peers:
     maybe: str = ""  # a field whose pod match cannot be evaluated (toServices)
     nodes: tuple[Selector, ...] = ()  # fromNodes/toNodes selectors (they match remote nodes only)
 
-    def match(self, identity: Mapping[str, str], namespace: str) -> tuple[Match, str]:
-        """Whether a pod with `identity` in `namespace` is a peer, and which part decided it."""
+    def match(self, identity: Mapping[str, str], namespace: str, *,
+              version: Version | None = None) -> tuple[Match, str]:
+        """Whether a pod with `identity` in `namespace` is a peer, and which part decided it.
+        `version` (the agent's, None when unknown) settles what differs between releases."""
         if self.wildcard:
             return "yes", "any peer (no L3 selector)"
         found: tuple[Match, str] = ("no", self.never or "no peer selector matches")
         for selector in self.selectors:
-            got = selector.match(identity, namespace)
+            got = selector.match(identity, namespace, version=version)
             if got == "yes":
-                return "yes", f"peer selector {selector}"
+                crossing = selector.scope_uncertain and selector.namespace not in (None, namespace)
+                note = " (it names namespace labels, so Cilium >= 1.16 leaves it unscoped)" if crossing else ""
+                return "yes", f"peer selector {selector}{note}"
             if got == "maybe":
-                found = ("maybe", f"peer selector {selector} names namespace labels: older Cilium releases also "
-                         "scope it to the policy's namespace, newer ones do not")
+                found = ("maybe", f"peer selector {selector} names namespace labels: Cilium before 1.16 also "
+                         "scopes it to the policy's namespace, 1.16 and later do not, and the version is not known")
         for entity in self.entities:
             got = ENTITY_MATCHES_POD.get(entity, "no")
+            if entity == "cluster-mesh" and version is not None and version[:2] >= CLUSTER_MESH_ENTITY_SINCE:
+                got = "yes"
             if got == "yes":
                 return "yes", f"entity {entity}"
             if got == "maybe":

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.models.cilium import Version
 from app.models.labels import (
     CILIUM_CLUSTER_LABEL,
     CILIUM_NAMESPACE_LABEL,
@@ -158,6 +159,11 @@ def parse_selector(raw: Any, where: str, *, default_source: str = "any", key_pre
         raise InvalidPolicy(f"{where}.matchLabels: must be a mapping")
     for raw_key, raw_value in labels.items():
         key = _string(raw_key, f"{where}.matchLabels key")
+        if key.startswith("$"):
+            # NB: the `$host` shorthand of pkg/labels is not a valid label key: Cilium 1.20's
+            # Sanitize rejects the whole policy for it ("name part must consist of alphanumeric
+            # characters"), found by hack/oracle.
+            raise InvalidPolicy(f"{where}.matchLabels: {key!r} is not a valid label key (Cilium rejects the policy)")
         value = _string(raw_value, f"{where}.matchLabels[{key}]")
         if not _LABEL_VALUE.match(value) or len(value) > 63:
             broken = broken or f"matchLabels[{key}]: {value!r} is not a valid label value"
@@ -202,6 +208,12 @@ def _parse_expression(expr: Any, where: str, default_source: str, key_prefix: st
     return Requirement(source, name, operator, values), problem
 
 
+# getEndpointSelector (pkg/k8s/apis/cilium.io/utils) leaves a peer that names namespace labels
+# unscoped from v1.16.0 on; v1.15.6 scopes every peer without a namespace key to the policy's
+# namespace (read from both module sources).
+UNSCOPED_NAMESPACE_LABELS_SINCE = (1, 16)
+
+
 @dataclass(frozen=True)
 class PeerSelector:
     """A peer selector after Cilium's scoping (getEndpointSelector, pkg/k8s/apis/cilium.io/utils).
@@ -215,12 +227,17 @@ class PeerSelector:
     namespace: str | None = None
     scope_uncertain: bool = False
 
-    def match(self, identity: Mapping[str, str], namespace: str) -> Match:
+    def match(self, identity: Mapping[str, str], namespace: str, *, version: Version | None = None) -> Match:
+        """`version`: the agent's; it settles `scope_uncertain` (unscoped from 1.16, scoped before)."""
         if not self.selector.matches(identity):
             return "no"
         if self.namespace is None or self.namespace == namespace:
             return "yes"
-        return "maybe" if self.scope_uncertain else "no"
+        if not self.scope_uncertain:
+            return "no"
+        if version is None:
+            return "maybe"
+        return "yes" if version[:2] >= UNSCOPED_NAMESPACE_LABELS_SINCE else "no"
 
     def match_node(self, node: str) -> tuple[Match, str]:
         """Whether traffic of a hostNetwork pod, seen as the `node` identity, is a peer (§1.4)."""

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
+from app.models.cilium import CiliumAgent, Version
 from app.models.cluster import BoundedMemo, ContainerPort, Snapshot
 from app.models.network import (
     Endpoint,
@@ -27,9 +28,11 @@ from app.models.network import (
     Verdict,
     VerdictKind,
 )
+from app.policy import agent as agents
+from app.policy import identity
 from app.policy import ports as portsets
 from app.policy.cilium import CCNP
-from app.policy.identity import describe, identity_labels
+from app.policy.identity import LabelFilter, describe, identity_labels
 from app.policy.index import PolicyIndex, build_index
 from app.policy.knp import KIND as KNP
 from app.policy.rules import Direction, Entry, Rule
@@ -64,6 +67,7 @@ class _Side:
     enforcement: PolicyEnforcement
     port_names: Mapping[str, frozenset[int]]
     peer_node: str = ""  # host | remote-node: the peer is a hostNetwork pod seen as that identity
+    version: Version | None = None  # the agent's; None when not known
 
     @property
     def title(self) -> str:
@@ -84,19 +88,36 @@ def check_flow(
     protocol: str,
     *,
     enforcement: PolicyEnforcement = "default",
+    agent: CiliumAgent | None = None,
 ) -> Verdict:
     """`evaluate_flow`, memoized per snapshot on exactly what the verdict depends on (`flow_key`)."""
     _validate(ports, protocol, enforcement)
+    agent = agent if agent is not None else snapshot_agent(snapshot)
     if enforcement == "never":
-        return evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement)
+        return evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement, agent=agent)
     index = build_index(snapshot)
-    key = (flow_key(index, src), flow_key(index, dst), ports.first, ports.last, protocol, enforcement)
+    key = (flow_key(index, src), flow_key(index, dst), ports.first, ports.last, protocol, enforcement, agent)
     memo = snapshot.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo())
     found = memo.get(key)
     if found is None:
-        found = evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement)
+        found = evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement, agent=agent)
         memo.put(key, found)
     return found
+
+
+AGENT_MEMO_KEY = "policy.agent"
+
+
+def snapshot_agent(snapshot: Snapshot, version: str = "") -> CiliumAgent:
+    """The agent the snapshot describes (cilium-config, agent image), `version` (settings `ciliumVersion`)
+    winning when set; memoized per snapshot and version. An unusable cilium-config or version gives an agent
+    of unknown version (its problem is in `policy_problems`)."""
+    def build(s: Snapshot) -> CiliumAgent:
+        try:
+            return agents.agent_settings(s, version=version)
+        except agents.AgentConfigError:
+            return CiliumAgent()
+    return snapshot.memo(f"{AGENT_MEMO_KEY}/{version}", build)
 
 
 def evaluate_flow(
@@ -107,6 +128,7 @@ def evaluate_flow(
     protocol: str,
     *,
     enforcement: PolicyEnforcement = "default",
+    agent: CiliumAgent | None = None,
 ) -> Verdict:
     """Whether `src` can open connections to `dst` on every port of `ports` over `protocol`.
 
@@ -116,6 +138,9 @@ def evaluate_flow(
         ports: the destination ports; every one must be allowed.
         protocol: TCP | UDP | SCTP | ANY (ANY: every one of TCP, UDP and SCTP must be allowed).
         enforcement: the agent's policy-enforcement mode.
+        agent: the agent's version and settings (`app.policy.agent`); default: what the snapshot
+            says (`snapshot_agent`). Of unknown version, a verdict that the version decides
+            (the identity label filter) is `unknown`.
 
     Returns:
         A Verdict whose reasons are the egress reasons followed by the ingress reasons.
@@ -128,21 +153,68 @@ def evaluate_flow(
         egress = SideVerdict("allow", (Reason("egress", "not-enforced", "policy enforcement mode is never"),))
         ingress = SideVerdict("allow", (Reason("ingress", "not-enforced", "policy enforcement mode is never"),))
         return _combine(egress, ingress)
+    agent = agent if agent is not None else snapshot_agent(snapshot)
     index = build_index(snapshot)
     protocols = ("TCP", "UDP", "SCTP") if protocol == "ANY" else (protocol,)
+    span = (ports.first, ports.last)
+    label_filter = agents.identity_filter(agent)
+    if label_filter is None:
+        older, newer = agents.version_filters(agent)
+        if _filter_matters(index, src, dst):
+            before = _evaluate(index, src, dst, span, protocols, enforcement, older, agent.cluster_name, None)
+            after = _evaluate(index, src, dst, span, protocols, enforcement, newer, agent.cluster_name, None)
+            return _by_version(before, after)
+        label_filter = older
+    return _evaluate(index, src, dst, span, protocols, enforcement, label_filter, agent.cluster_name, agent.version)
+
+
+def _evaluate(
+    index: PolicyIndex, src: Endpoint, dst: Endpoint, span: portsets.Interval, protocols: Sequence[str],
+    enforcement: PolicyEnforcement, label_filter: LabelFilter, cluster_name: str, version: Version | None,
+) -> Verdict:
     if src.host_network or dst.host_network:
-        return _host_network(index, src, dst, (ports.first, ports.last), protocols, enforcement)
-    src_identity, dst_identity = identity_labels(src), identity_labels(dst)
+        return _host_network(index, src, dst, span, protocols, enforcement, label_filter, cluster_name)
+    src_identity = identity_labels(src, label_filter, cluster_name=cluster_name)
+    dst_identity = identity_labels(dst, label_filter, cluster_name=cluster_name)
     sides = (
-        _Side("egress", src, dst, tuple(index.rules_for(src_identity, src.namespace)), enforcement, index.port_names),
-        _Side("ingress", dst, src, tuple(index.rules_for(dst_identity, dst.namespace)), enforcement, index.port_names),
+        _Side("egress", src, dst, tuple(index.rules_for(src_identity, src.namespace)), enforcement, index.port_names,
+              version=version),
+        _Side("ingress", dst, src, tuple(index.rules_for(dst_identity, dst.namespace)), enforcement, index.port_names,
+              version=version),
     )
     peer_identities = (dst_identity, src_identity)
     egress, ingress = (
-        _merge([_judge(side, identity, dst.ports, (ports.first, ports.last), p) for p in protocols])
+        _merge([_judge(side, identity, dst.ports, span, p) for p in protocols])
         for side, identity in zip(sides, peer_identities, strict=True)
     )
     return _combine(egress, ingress)
+
+
+# Label keys whose place in the identity depends on the Cilium version (identity.TOPOLOGY_EXCLUSION).
+VERSION_DEPENDENT_PREFIX = "topology.kubernetes.io/"
+
+
+def _filter_matters(index: PolicyIndex, src: Endpoint, dst: Endpoint) -> bool:
+    """Whether a pod carries a label that only some versions keep AND some selector reads it."""
+    read = {k for k in index.keys_read if k.startswith(VERSION_DEPENDENT_PREFIX)}
+    return bool(read) and any(k in read for e in (src, dst) for k in e.labels)
+
+
+def _by_version(before: Verdict, after: Verdict) -> Verdict:
+    """One verdict for an agent of unknown version: each side as both versions agree, else unknown."""
+    sides = []
+    for direction, old, new in (("egress", before.egress, after.egress), ("ingress", before.ingress, after.ingress)):
+        if old.verdict == new.verdict:
+            sides.append(old)
+            continue
+        since = ".".join(map(str, identity.TOPOLOGY_EXCLUSION_SINCE))
+        message = (f"{direction}: depends on the Cilium version, which is not known: before {since} the "
+                   f"topology.kubernetes.io/* pod labels are part of the identity and it is {_brief(old)}; from "
+                   f"{since} they are not (pkg/labelsfilter) and it is {_brief(new)}; set ciliumVersion, or let "
+                   "topoguard read the cilium DaemonSet")
+        side = cast(Direction, direction)
+        sides.append(SideVerdict("unknown", (Reason(side, "unknown", message), *old.reasons, *new.reasons)))
+    return _combine(sides[0], sides[1])
 
 
 VERDICT_MEMO_KEY = "policy.verdicts"
@@ -206,7 +278,7 @@ def _combine(egress: SideVerdict, ingress: SideVerdict) -> Verdict:
 
 def _host_network(
     index: PolicyIndex, src: Endpoint, dst: Endpoint, span: portsets.Interval, protocols: Sequence[str],
-    enforcement: PolicyEnforcement,
+    enforcement: PolicyEnforcement, label_filter: LabelFilter, cluster_name: str,
 ) -> Verdict:
     """A flow from or to a hostNetwork pod (§1.4, §4.5).
 
@@ -216,9 +288,11 @@ def _host_network(
     known, so the pod's side must agree for both identities, or it is `unknown`.
     """
     egress = (_host_side(index, "egress", src, enforcement) if src.host_network
-              else _toward_node(index, "egress", src, dst, dst.ports, span, protocols, enforcement))
+              else _toward_node(index, "egress", src, dst, dst.ports, span, protocols, enforcement,
+                                label_filter, cluster_name))
     ingress = (_host_side(index, "ingress", dst, enforcement) if dst.host_network
-               else _toward_node(index, "ingress", dst, src, dst.ports, span, protocols, enforcement))
+               else _toward_node(index, "ingress", dst, src, dst.ports, span, protocols, enforcement,
+                                 label_filter, cluster_name))
     return _combine(egress, ingress)
 
 
@@ -242,9 +316,11 @@ def _host_side(index: PolicyIndex, direction: Direction, pod: Endpoint, enforcem
 def _toward_node(
     index: PolicyIndex, direction: Direction, subject: Endpoint, peer: Endpoint, dst_ports: Sequence[ContainerPort],
     span: portsets.Interval, protocols: Sequence[str], enforcement: PolicyEnforcement,
+    label_filter: LabelFilter, cluster_name: str,
 ) -> SideVerdict:
     """A pod's side toward a hostNetwork peer: judged for the peer as entity host and as remote-node."""
-    rules = tuple(index.rules_for(identity_labels(subject), subject.namespace))
+    identity_of_subject = identity_labels(subject, label_filter, cluster_name=cluster_name)
+    rules = tuple(index.rules_for(identity_of_subject, subject.namespace))
     same, other = (
         _merge([
             _judge(_Side(direction, subject, peer, rules, enforcement, index.port_names, node), {}, dst_ports, span, p)
@@ -281,7 +357,7 @@ def _collect(
             if side.peer_node:
                 match, why = entry.peers.match_node(side.peer_node, pod_selectors=rule.kind != KNP)
             else:
-                match, why = entry.peers.match(peer_identity, side.peer.namespace)
+                match, why = entry.peers.match(peer_identity, side.peer.namespace, version=side.version)
             if match == "no":
                 continue
             why += _named_port_note(side, entry)

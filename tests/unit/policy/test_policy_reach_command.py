@@ -246,3 +246,33 @@ def test_problems_shown_are_those_of_the_deciding_policies(tmp_path: Path, capsy
     out = json.loads(capsys.readouterr().out)
     assert (code, out["verdict"]) == (3, "unknown")
     assert [p["policy"] for p in out["policyProblems"]] == [f"{NS}/requires"]
+
+
+def _zone_cluster(tmp_path: Path) -> Path:
+    """Workers may reach the coordinator only from topology.kubernetes.io/zone=zone-a pods."""
+    objects: list[dict[str, Any]] = [
+        cnp("coord-in", spec=rule(sel(role="coord"),
+                                  ingress=[{"fromEndpoints": [sel(**{"topology.kubernetes.io/zone": "zone-a"})]}])),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+    ]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    return path
+
+
+@pytest.mark.parametrize(
+    "version, want, code",
+    [
+        pytest.param("1.15.6", "allow", 0, id="Cilium 1.15.6 keeps topology.kubernetes.io/zone in identities: allow"),
+        pytest.param("1.20.2", "deny", 1, id="Cilium 1.20.2 drops it, the selector selects nothing: deny"),
+        pytest.param("", "unknown", 3, id="version not known: the two versions disagree: unknown"),
+    ],
+)
+def test_cilium_version_setting_decides_a_topology_zone_selector(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, want: str, code: int
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"ciliumVersion: {version!r}\n")
+    got = main(reach(_zone_cluster(tmp_path), "--from", f"{NS}:role=worker,topology.kubernetes.io/zone=zone-a",
+                     "--to", f"{NS}:role=coord", "--port", "23456", "--config", str(config), "-o", "json"))
+    assert (got, json.loads(capsys.readouterr().out)["verdict"]) == (code, want)

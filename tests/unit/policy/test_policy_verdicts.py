@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from app.models.cilium import CiliumAgent
 from app.models.cluster import ContainerPort
 from app.models.network import Endpoint, PortRange
 from app.policy import check_flow
@@ -34,11 +35,13 @@ class Case:
     enforcement: str = "default"
     reason: tuple[str, str, str, str] | None = None  # (side, effect, policy, rule) that must be present
     sides: tuple[str, str] | None = None  # (egress, ingress) verdicts
+    agent: CiliumAgent | None = None  # None: what the snapshot says (here: an agent of unknown version)
 
 
 def run(case: Case) -> None:
     verdict = check_flow(
-        snapshot(*case.policies), case.src, case.dst, case.ports, case.protocol, enforcement=case.enforcement
+        snapshot(*case.policies), case.src, case.dst, case.ports, case.protocol, enforcement=case.enforcement,
+        agent=case.agent,
     )  # type: ignore[arg-type]
     assert verdict.verdict == case.want, verdict.reasons
     assert verdict.reasons == verdict.egress.reasons + verdict.ingress.reasons
@@ -250,8 +253,8 @@ SELECTORS = [
         id="reserved: source never matches a pod: deny",
     ),
     pytest.param(
-        Case([ingress_to_coord({"fromEndpoints": [sel(**{"$host": ""})]})], "deny"),
-        id="$ shorthand for reserved never matches a pod: deny",
+        Case([ingress_to_coord({"fromEndpoints": [sel(**{"$host": ""})]})], "unknown"),
+        id="$ shorthand in matchLabels makes Cilium reject the policy: unknown",
     ),
     pytest.param(
         Case([ingress_to_coord({"fromEndpoints": [sel(**{"container:role": "worker"})]})], "deny"),
@@ -293,13 +296,56 @@ SELECTORS = [
         ),
         id="a label outside the identity filter never matches: deny",
     ),
+    *[
+        pytest.param(
+            Case(
+                [ingress_to_coord({"fromEndpoints": [sel(**{"topology.kubernetes.io/zone": "z1"})]})],
+                want,
+                src=endpoint(name="w", role="worker", **{"topology.kubernetes.io/zone": "z1"}),
+                agent=CiliumAgent(version=version),
+            ),
+            id=f"topology.kubernetes.io/zone selector on Cilium {label}: {want}",
+        )
+        for version, label, want in [
+            ((1, 15, 6), "1.15.6 (the label is part of the identity)", "allow"),
+            ((1, 18, 0), "1.18.0 (the label is part of the identity)", "allow"),
+            ((1, 19, 0), "1.19.0 (the default filter drops topology.kubernetes.io)", "deny"),
+            ((1, 20, 2), "1.20.2 (the default filter drops topology.kubernetes.io)", "deny"),
+            (None, "of unknown version (the versions disagree)", "unknown"),
+        ]
+    ],
     pytest.param(
         Case(
             [ingress_to_coord({"fromEndpoints": [sel(**{"topology.kubernetes.io/zone": "z1"})]})],
             "allow",
             src=endpoint(name="w", role="worker", **{"topology.kubernetes.io/zone": "z1"}),
+            agent=CiliumAgent(version=(1, 20, 2), labels=("topology.kubernetes.io",)),
         ),
-        id="topology.kubernetes.io/zone survives the default filter: allow",
+        id="Cilium 1.20.2 with labels: topology.kubernetes.io (allow-list mode) keeps it: allow",
+    ),
+    pytest.param(
+        Case(
+            [cnp("all-in", spec=rule({}, ingress=[{"fromEndpoints": [sel(role="worker")]}]))],
+            "deny",
+            agent=CiliumAgent(version=(1, 20, 2), labels=("k8s:app",)),
+        ),
+        id="labels: k8s:app (allow-list mode) drops every other pod label, role matches nothing: deny",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(role="worker")]})],
+            "allow",
+            src=endpoint(name="w", role="worker", **{"topology.kubernetes.io/zone": "z1"}),
+        ),
+        id="unknown version but no selector reads the topology label: allow",
+    ),
+    pytest.param(
+        Case(
+            [ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.policy.cluster": "west"})]})],
+            "allow",
+            agent=CiliumAgent(version=(1, 20, 2), cluster_name="west"),
+        ),
+        id="cluster-name west: the identity carries io.cilium.k8s.policy.cluster=west: allow",
     ),
 ]
 
@@ -352,6 +398,22 @@ SCOPING = [
         ),
         id="namespace-label peer across namespaces is version dependent: unknown",
     ),
+    *[
+        pytest.param(
+            Case(
+                [ingress_to_coord({"fromEndpoints": [sel(**{"io.cilium.k8s.namespace.labels.team": "ml"})]})],
+                want,
+                src=endpoint("other", name="w", ns_labels={"team": "ml"}),
+                agent=CiliumAgent(version=version),
+            ),
+            id=f"namespace-label peer across namespaces on Cilium {shown}: {want}",
+        )
+        for version, shown, want in [
+            ((1, 15, 6), "1.15.6 (scoped to the policy namespace)", "deny"),
+            ((1, 16, 0), "1.16.0 (left unscoped)", "allow"),
+            ((1, 20, 2), "1.20.2 (left unscoped)", "allow"),
+        ]
+    ],
     pytest.param(
         Case(
             [ccnp(spec=rule(sel(role="coord"), ingress=[{"fromEndpoints": [sel(role="worker")]}]))],
@@ -409,6 +471,10 @@ ENTITIES = [
     pytest.param(
         Case([ingress_to_coord({"fromEntities": ["cluster-mesh"]})], "unknown"),
         id="entity cluster-mesh membership: unknown",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEntities": ["cluster-mesh"]})], "allow", agent=CiliumAgent(version=(1, 20, 2))),
+        id="entity cluster-mesh on Cilium 1.20 holds every pod with a cluster label: allow",
     ),
     pytest.param(
         Case([egress_of_worker({"toEntities": ["cluster"]})], "allow", dst=OTHER_NS_COORD),
@@ -523,9 +589,28 @@ PORTS = [
         Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "icmps": [{"fields": [{"type": 8}]}]})], "deny"),
         id="ICMP-only entry does not allow TCP: deny",
     ),
+    # A port rule that lists no port adds no L4 filter (pkg/policy/rule.go mergeL4Filter iterates
+    # its ports, of which there are none), yet its rule still enforces the direction.
     pytest.param(
-        Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{}]})], "allow"),
-        id="port rule without ports covers every port: allow",
+        Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{}]})], "deny",
+             reason=("ingress", "default-deny", f"{NS}/coord-in", "spec")),
+        id="toPorts [{}] allows nothing, yet enforces ingress: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{"ports": []}]})], "deny"),
+        id="toPorts [{ports: []}] allows nothing: deny",
+    ),
+    pytest.param(
+        Case([ingress_to_coord({"fromEndpoints": [sel(role="worker")], "toPorts": [{}, {"ports": [port(23456)]}]})],
+             "allow"),
+        id="an empty port rule beside a real one: only the real one counts: allow",
+    ),
+    pytest.param(
+        Case([
+            ingress_to_coord({"fromEndpoints": [{}]}),
+            cnp("d", spec=rule(sel(role="coord"), ingressDeny=[{"fromEndpoints": [{}], "toPorts": [{}]}])),
+        ], "allow"),
+        id="a deny entry with toPorts [{}] denies nothing: allow",
     ),
 ]
 
