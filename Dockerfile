@@ -16,11 +16,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-# Dependencies first: this layer is reused while only app/ changes.
+# Dependencies first, from the lock (exact versions, hash-checked wheels; the same lock `make install`
+# uses for the dev extras): this layer is reused while only app/ changes.
+COPY requirements/runtime.lock ./requirements/runtime.lock
+RUN /opt/venv/bin/pip install --require-hashes --only-binary=:all: -r requirements/runtime.lock
 COPY pyproject.toml README.md ./
-RUN mkdir app && touch app/__init__.py \
- && /opt/venv/bin/pip install --only-binary=:all: . \
- && /opt/venv/bin/pip uninstall --yes topoguard
 COPY app ./app
 RUN /opt/venv/bin/pip install --no-deps . \
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib \

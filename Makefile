@@ -7,15 +7,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help install test fuzz lint demo bench chart-lint e2e oracle clean
+.PHONY: help install test fuzz lint demo bench chart-lint e2e oracle lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# Dependencies come only from the lock (exact versions, every file's hash), then topoguard itself without
+# dependencies: a fresh machine installs exactly what CI tested. `make lock` writes the locks again.
+LOCK := requirements/dev.lock
+
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r $(LOCK)
+	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install topoguard with its dev extras
@@ -45,6 +50,11 @@ e2e: $(STAMP) ## end-to-end against a real kube-apiserver + etcd built from Go m
 
 oracle: $(STAMP) ## differential test against Cilium v1.20.2's policy code (builds and caches hack/oracle)
 	@bash hack/oracle.sh
+
+lock: ## re-resolve requirements/dev.lock and runtime.lock from pyproject.toml (pip-tools, hashes)
+	$(PYTHON) -m venv build/pip-tools && build/pip-tools/bin/pip install -q pip-tools
+	build/pip-tools/bin/pip-compile -q --generate-hashes --strip-extras --allow-unsafe --extra dev -o requirements/dev.lock pyproject.toml
+	build/pip-tools/bin/pip-compile -q --generate-hashes --strip-extras --allow-unsafe -o requirements/runtime.lock pyproject.toml
 
 clean: ## remove the venv and build outputs
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
