@@ -28,7 +28,7 @@ from app.engine import capacity, ledger
 from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
-from app.http.routes import LOGGED_TEXT_CHARS, _enforcement, _Held, _HTTPProblem, _json, _read_body
+from app.http.routes import LOGGED_TEXT_CHARS, _enforcement, _Held, _HTTPProblem, _json, _read_body, decode
 from app.http.workers import Shed
 from app.models.cluster import Snapshot
 from app.models.network import ALL_PORTS, Endpoint, Reason
@@ -248,11 +248,7 @@ def _job_map_bytes(state: AppState, body: bytes, held: _Held, deadline: float) -
     _HTTPProblem (4xx), never a 500: the review path's memory estimate (413) and nesting screen
     (admission.check_nesting), the job adapters' errors and the job limits (job_map), and numbers JSON
     cannot carry."""
-    held.hold_decoded(body, state.settings.review_memory_bytes)
-    try:
-        raw = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
+    raw = decode(state, body, held)
     try:
         admission.check_nesting(raw, "the job")
     except admission.BadReview as e:

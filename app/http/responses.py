@@ -31,6 +31,7 @@ REASONS: Mapping[int, str] = {
     400: "BadRequest",
     403: "Forbidden",
     422: "Invalid",
+    429: "TooManyRequests",  # a namespace held its share of the decision workers (metav1.StatusReasonTooManyRequests)
     500: "InternalError",
     503: "ServiceUnavailable",
     504: "Timeout",  # the server's missed decision deadline (metav1.StatusReasonTimeout)

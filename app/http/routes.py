@@ -186,11 +186,7 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
     """Step 1, on a reader thread: hold what decoding will cost, decode and read the review, take the snapshot
     (once), prepare the answer (`admission.prepare`) and finish it when that costs nothing more (a memo hit, a
     refusal, a skip)."""
-    held.hold_decoded(body, state.settings.review_memory_bytes)
-    try:
-        raw = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
+    raw = decode(state, body, held)
     try:
         request = admission.parse_review(raw)
     except admission.BadReview as e:
@@ -207,6 +203,16 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
                                     message=f"topoguard: internal error answering request {request.uid}")
         return request, _Answered(orjson.dumps(refusal), "error", None)
     return request, _Undecided(request, snapshot, prepared)
+
+
+def decode(state: AppState, body: bytes, held: _Held) -> Any:
+    """`body` decoded, once `held` holds what decoding may cost (413 past `reviewMemoryBytes`, 503 when the
+    budget is taken); 400 for what is not JSON. On a worker thread: the one place a request body is decoded."""
+    held.hold_decoded(body, state.settings.review_memory_bytes)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
 
 
 def _decide(prepared: admission.Prepared, deadline: float) -> _Answered:
