@@ -5,7 +5,7 @@ Replica keys are user data (`Worker`, `a/b`), so every token is escaped (`~` →
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.jobs.errors import FieldError, InvalidJobError
@@ -61,3 +61,23 @@ def ensure_object(doc: dict[str, Any], pointer: str) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise InvalidJobError([FieldError(pointer, "must be an object")])
     return node
+
+
+# Exact JSON scalar types: a copy shares them.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON data (objects become dicts, any Mapping or tuple as read included); several times
+    faster than copy.deepcopy. The one copy for the job adapters (runtime composition) and the patch builder."""
+    if type(value) in _SCALARS:
+        return value  # NB: exact types first; most leaves are scalars and the Mapping check is an ABC's
+    if type(value) is dict:
+        return {k: copy_json(v) for k, v in value.items()}
+    if type(value) is list:
+        return [copy_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: copy_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [copy_json(v) for v in value]
+    return value

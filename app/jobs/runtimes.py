@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.jobs.errors import FieldError, JobError, join_path
+from app.jobs.pointers import copy_json
 from app.jobs.templates import (
     read_int,
     read_list,
@@ -125,22 +126,6 @@ def runtime_key(spec: Mapping[str, Any], namespace: str, errors: list[FieldError
 def describe_key(key: RuntimeKey) -> str:
     kind, namespace, name = key
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
-
-
-def copy_json(value: Any) -> Any:
-    """A deep copy made of dicts and lists (any Mapping or tuple as read is copied into one)."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
-    if kind is dict:
-        return {k: copy_json(v) for k, v in value.items()}
-    if kind is list:
-        return [copy_json(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: copy_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [copy_json(v) for v in value]
-    return value
 
 
 def merge_strategic(base: Any, patch: Any, key: str = "") -> Any:

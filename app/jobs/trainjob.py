@@ -34,7 +34,7 @@ from typing import Any
 from app.jobs import flows, jobset, runtimes
 from app.jobs.errors import FieldError, InvalidJobError
 from app.jobs.groups import make_replica, read_job_meta
-from app.jobs.pointers import build_pointer, ensure_object
+from app.jobs.pointers import build_pointer, copy_json, ensure_object
 from app.jobs.runtimes import LAUNCHER_JOB, NODE_JOB, ComposedJob, Composition, MissingRuntimeError
 from app.jobs.templates import read_mapping, read_pod_template
 from app.models.cluster import RuntimeKey, TrainingRuntimeInfo
@@ -136,7 +136,7 @@ def prepare(doc: dict[str, Any], group: JobGroup) -> None:
     rjobs = _ensure_list(ours, _RJOBS_PATH)
     for replica in group.replicas:
         if not any(isinstance(r, dict) and r.get("name") == replica.key for r in rjobs):
-            pod_spec = runtimes.copy_json(dict(replica.seed))
+            pod_spec = copy_json(dict(replica.seed))
             rjobs.append({"name": replica.key, "template": {"spec": {"template": {"spec": pod_spec}}}})
         template = ensure_object(doc, replica.template_path)
         for part in ("metadata", "spec"):
@@ -205,13 +205,13 @@ def _seed(template: Mapping[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     tolerations = _get(template, "spec", "tolerations")
     if isinstance(tolerations, list) and tolerations:
-        spec["tolerations"] = runtimes.copy_json(tolerations)
+        spec["tolerations"] = copy_json(tolerations)
     terms = _get(template, "spec", "affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
     if isinstance(terms, list) and terms:
-        spec["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": runtimes.copy_json(terms)}}}
+        spec["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": copy_json(terms)}}}
     pod_terms = _get(template, "spec", "affinity", "podAffinity", REQUIRED)
     if isinstance(pod_terms, list) and pod_terms:
-        spec.setdefault("affinity", {})["podAffinity"] = {REQUIRED: runtimes.copy_json(pod_terms)}
+        spec.setdefault("affinity", {})["podAffinity"] = {REQUIRED: copy_json(pod_terms)}
     return spec
 
 
