@@ -35,17 +35,30 @@ from app.models.job import JobGroup
 
 
 @dataclass
+class Shape:
+    """What every job of one shape shares on a snapshot (`memo.per_shape`): the flow checker with its
+    verdicts, and the zones' fits per strictness. Neither reads capacity."""
+
+    checker: FlowChecker
+    fits: dict[bool, tuple[zones.ZoneFit, ...]] = field(default_factory=dict)
+
+
+@dataclass
 class Run:
-    """One evaluation: the inputs, the zone index and the shared flow checker."""
+    """One evaluation: the inputs, the zone index and what the group's shape shares."""
 
     group: JobGroup
     snapshot: Snapshot
     settings: Settings
     strict: bool
     index: capacity.ZoneIndex
-    checker: FlowChecker
+    shape: Shape
     reserved: ledger.Reserved = field(default_factory=ledger.Reserved)  # GPUs admitted jobs will take
     suspended: bool = False  # held by a queue manager: placed by network and total allocatable only
+
+    @property
+    def checker(self) -> FlowChecker:
+        return self.shape.checker
 
     def overrides(self, zone: str) -> dict[str, str]:
         """Labels every pod carries in `zone`: the identity label, unless judging the job as written."""
@@ -78,36 +91,40 @@ def start_run(
     reserved: ledger.Reserved | None = None,
     suspended: bool = False,
 ) -> Run:
-    """Begin one evaluation on the snapshot's memoised zone index with a fresh verdict cache.
+    """Begin one evaluation on the snapshot's memoised zone index, with the flow checker (and its
+    verdicts) every job of the group's shape shares on this snapshot (`memo.shared_checker`).
 
     `reserved` defaults to the snapshot's stored reservations without the group's own.
     """
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
-    checker = FlowChecker(
+    shape = memo.per_shape(group, snapshot, settings, lambda: Shape(FlowChecker(
         group=group,
         snapshot=snapshot,
         enforcement=settings.policy_enforcement,
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
         agent=policy.snapshot_agent(snapshot, settings.cilium_version),
-    )
+    )))
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
-    return Run(group, snapshot, settings, strict, index, checker, reserved, suspended)
+    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended)
 
 
-def fit_zones(run: Run) -> list[zones.ZoneFit]:
-    """Every zone of the index fitted for the run's group."""
-    return [
-        zones.fit_zone(
-            run.group,
-            run.index,
-            z,
-            strict=run.strict,
-            extended_resource_toleration=run.settings.extended_resource_toleration,
+def fit_zones(run: Run) -> tuple[zones.ZoneFit, ...]:
+    """Every zone of the index fitted for the run's group (once per shape, snapshot and strictness)."""
+    found = run.shape.fits.get(run.strict)
+    if found is None:
+        found = run.shape.fits[run.strict] = tuple(
+            zones.fit_zone(
+                run.group,
+                run.index,
+                z,
+                strict=run.strict,
+                extended_resource_toleration=run.settings.extended_resource_toleration,
+            )
+            for z in run.index.zones
         )
-        for z in run.index.zones
-    ]
+    return found
 
 
 def _gpu_breakdown(group: JobGroup) -> str:

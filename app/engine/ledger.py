@@ -143,14 +143,45 @@ def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources, stored=stored))
 
 
+ZoneTotals = Mapping[str, Mapping[str, int]]  # zone -> GPU resource -> GPUs
+
+
+def in_flight_totals(holds: Iterable[Hold], *, job: JobKey, stored: frozenset[JobKey] = frozenset()) -> ZoneTotals:
+    """Per zone, the GPUs `holds` keep for jobs other than `job` that are not stored yet.
+
+    This is what a decision counts of a replica's in-flight holds (engine.pending's `in_flight`);
+    http/inflight.py keeps the same totals incrementally, so a review does not pay per hold.
+    """
+    totals: dict[str, dict[str, int]] = {}
+    for hold in holds:
+        if hold.key == job or hold.key in stored:
+            continue
+        per = totals.setdefault(hold.zone, {})
+        for resource, count in hold.gpus.items():
+            per[resource] = per.get(resource, 0) + count
+    return freeze({z: freeze(per) for z, per in totals.items()})
+
+
+TotalsForm = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+
+
+def _form(totals: ZoneTotals) -> TotalsForm:
+    """Plain, hashable form of per-zone totals (zero entries left out), for a decision's memo key."""
+    return tuple(
+        (zone, tuple(sorted((r, n) for r, n in per.items() if n)))
+        for zone, per in sorted(totals.items())
+        if any(per.values())
+    )
+
+
 @dataclass(frozen=True)
 class Reserved:
     """The reservations one decision counts: the snapshot's ledger, minus the job itself, plus in-flight holds."""
 
-    by_zone: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: freeze({}))
-    in_flight: tuple[Hold, ...] = ()
+    by_zone: ZoneTotals = field(default_factory=lambda: freeze({}))
     # What sets this apart from the snapshot's own ledger, for the decision memo's key: the job's own
-    # stored reservation left out (or None) and the in-flight holds counted.
+    # stored reservation left out (or None) and the in-flight totals counted. Its size is the zones',
+    # never the holds': two reviews that count the same GPUs share a memo entry.
     key: tuple[Hashable, ...] = ()
 
     def in_zone(self, zone: str, resources: Iterable[str]) -> int:
@@ -159,25 +190,26 @@ class Reserved:
 
 
 def reserved_for(
-    snapshot: Snapshot, *, gpu_resources: Sequence[str], job: JobKey, in_flight: Sequence[Hold] = ()
+    snapshot: Snapshot, *, gpu_resources: Sequence[str], job: JobKey, in_flight: ZoneTotals | None = None
 ) -> Reserved:
     """What the decision for `job` counts as reserved.
 
-    Cost: the zones of the ledger plus the in-flight holds; independent of the stored jobs' number.
+    `in_flight`: the replica's in-flight totals for other jobs not stored yet (`in_flight_totals`).
+    Cost: the zones of the ledger and of the in-flight totals; independent of the stored jobs' and
+    the holds' number.
     """
     ledger = ledger_of(snapshot, gpu_resources=gpu_resources)
     own = ledger.by_job.get(job)
-    flying = tuple(h for h in in_flight if h.key != job and h.key not in ledger.stored)
+    flying: TotalsForm = _form(in_flight) if in_flight else ()
     if own is None and not flying:
         return Reserved(ledger.by_zone)
     totals = {z: dict(per) for z, per in ledger.by_zone.items()}
     if own is not None:
         for resource, count in own.gpus.items():
             totals[own.zone][resource] -= count
-    for hold in flying:
-        per = totals.setdefault(hold.zone, {})
-        for resource, count in hold.gpus.items():
+    for zone, held in flying:
+        per = totals.setdefault(zone, {})
+        for resource, count in held:
             if resource in gpu_resources:
                 per[resource] = per.get(resource, 0) + count
-    key = (own.form() if own else None, tuple(h.form() for h in flying))
-    return Reserved(freeze({z: freeze(per) for z, per in totals.items()}), flying, key)
+    return Reserved(freeze({z: freeze(per) for z, per in totals.items()}), (own.form() if own else None, flying))
