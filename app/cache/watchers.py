@@ -100,6 +100,7 @@ class WatchStore:
         ]
         self._threads: list[threading.Thread] = []
         self._subscribers: list[Callable[[Snapshot], None]] = []
+        self._publish_observers: list[Callable[[float], None]] = []
         self._snapshot: Snapshot | None = None  # swapped atomically; None until the first sync
         self._revision = 0
         self._built: dict[str, tuple[KindCache, int, tuple[Any, ...]]] = {}  # kind -> (cache, generation, values)
@@ -197,14 +198,25 @@ class WatchStore:
             except Exception:  # publishing must outlive a bad object
                 log.exception("building the cluster snapshot failed")
 
+    def observe_publish(self, callback: Callable[[float], None]) -> None:
+        """Call `callback(seconds)` after every publish: building the snapshot and running its subscribers."""
+        self._publish_observers.append(callback)
+
     def _publish(self) -> None:
         if not all(r.listed for r in self._reflectors):
             return
+        started = time.perf_counter()
         snapshot = self._build()
         self._snapshot = snapshot  # the atomic swap readers rely on
         self._published_at = time.monotonic()
         for callback in list(self._subscribers):
             self._notify(callback, snapshot)
+        took = time.perf_counter() - started
+        for observer in list(self._publish_observers):
+            try:
+                observer(took)
+            except Exception:
+                log.exception("publish observer %r failed", observer)
 
     def _build(self) -> Snapshot:
         """A new Snapshot; kinds that did not change since the last one reuse its tuples."""

@@ -165,6 +165,9 @@ def create_app(
         if callable(start):
             await start()
         store.subscribe(lambda snapshot: _warm(state, snapshot))
+        observe: Any = getattr(store, "observe_publish", None)
+        if callable(observe):
+            observe(state.metrics.record_publish)
         poller = (
             asyncio.create_task(_poll_certificates(certificates, state.metrics, cert_poll_seconds))
             if certificates is not None else None
