@@ -1,4 +1,4 @@
-"""Command line: `topoguard serve | review | explain | reach | audit`, and `topoguard --version` (DESIGN.md "Contracts").
+"""Command line: `topoguard serve | review | explain | reach | audit` and `--version` (DESIGN.md "Contracts").
 
 Thin: declares the arguments (the contract) and dispatches to app.commands.<name>.run, imported
 lazily so `reach` and `review` start without loading the web stack.
