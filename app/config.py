@@ -41,6 +41,19 @@ class Limits(BaseModel):
     policy_index_values_per_job: int = Field(default=64, gt=0)
 
 
+class AuditSettings(BaseModel):
+    """The audit of running training jobs (DESIGN.md "Round 2", Audit; issue 12)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    # Whether `topoguard serve` runs the audit loop (one replica at a time).
+    enabled: bool = True
+    # Seconds between two passes (a policy, node or job change also starts one, coalesced).
+    interval_seconds: float = Field(default=30.0, gt=0)
+    # Which jobs are audited: those in namespaces opted in to topoguard, or every namespace's.
+    scope: Literal["opted-in", "all"] = "opted-in"
+
+
 class Settings(BaseModel):
     """Every topoguard setting (DESIGN.md "Contracts"). Keys are camelCase in files."""
 
@@ -64,6 +77,7 @@ class Settings(BaseModel):
     # All reviews in flight together may hold twice this; the chart's memory limit is derived from it.
     review_memory_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     limits: Limits = Field(default_factory=Limits)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     # Who may read GET/POST /map (app/http/maps.py): `off` (not served), `loopback` (only on a listener
     # bound to 127.0.0.1:mapPort, for kubectl port-forward) or `authorized` (on the webhook port, to
     # callers the cluster authorizes for the non-resource URL /map). The default, here and in
