@@ -42,10 +42,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import scale_world as world_mod  # noqa: E402
-from bench_http import Server, free_port, pinned  # noqa: E402
+import scale_world as world_mod
+from bench_http import Server, free_port, pinned
 
-from app.tls import generate_self_signed  # noqa: E402
+from app.tls import generate_self_signed
 
 PROBE_ZONE = "zone-probe"
 PROBE_NODE = "probe-node"
@@ -172,7 +172,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=500.0, help="pod events per second during churn")
     parser.add_argument("--seconds", type=float, default=0.0, help="length of each churn phase (default 8, full 20)")
     parser.add_argument("--reviews-per-second", type=float, default=10.0)
-    parser.add_argument("--py-spy", metavar="PATH", help="record the churn-only phase with this py-spy (to ./scale-churn.txt)")
+    parser.add_argument("--py-spy", metavar="PATH",
+                        help="record the churn-only phase with this py-spy (to ./scale-churn.txt)")
     opts = parser.parse_args()
     world = world_mod.World() if opts.full else world_mod.World().scaled(0.1)
     phase = opts.seconds or (20.0 if opts.full else 8.0)
@@ -187,7 +188,7 @@ def main() -> int:
         server.start()
         if pinned(1):
             os.sched_setaffinity(server.pid, {1})  # type: ignore[arg-type]
-        api_port, populate_s = port_rx.recv()
+        api_port, _populate_s = port_rx.recv()
         print(f"cluster: {world.nodes:,} nodes, {world.pods:,} pods, {world.policies:,} CNPs, "
               f"{world.namespaces} namespaces, {world.jobs:,} PyTorchJobs x {world.pods_per_job} pods; "
               f"served from 127.0.0.1:{api_port} (built in {time.perf_counter() - built:.1f} s); "
@@ -251,8 +252,8 @@ def main() -> int:
             mean_ms = (sum1 - sum0) / max(n1 - n0, 1) * 1000
             p99_ms = quantile_bound(before, after, 0.99) * 1000
             at500 = per100 * 5
-            print(f"churn {rate:.0f} events/s for {took:.0f} s: {cores:.2f} cores = {per100:.3f} cores per 100 events/s "
-                  f"-> {at500:.2f} cores at 500/s: {verdict(at500, TARGETS['cores_at_500'], 'cores')}")
+            print(f"churn {rate:.0f} events/s for {took:.0f} s: {cores:.2f} cores = {per100:.3f} cores per "
+                  f"100 events/s -> {at500:.2f} cores at 500/s: {verdict(at500, TARGETS['cores_at_500'], 'cores')}")
             print(f"publishes {n1 - n0:.0f}: mean {mean_ms:.1f} ms, p99 <= {p99_ms:.0f} ms: "
                   f"{verdict(mean_ms, TARGETS['publish_ms'], 'ms')} (mean)")
 

@@ -122,7 +122,8 @@ def policy(i: int, namespaces: int) -> dict[str, Any]:
                 "spec": {"endpointSelector": {"matchLabels": {"zone": zone}},
                          "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": zone}}]}],
                          "egress": [{"toEndpoints": [{"matchLabels": {"zone": zone}}]},
-                                    {"toEndpoints": [{"matchLabels": {"io.kubernetes.pod.namespace": "kube-system"}}]}]}}
+                                    {"toEndpoints": [{"matchLabels": {
+                                        "io.kubernetes.pod.namespace": "kube-system"}}]}]}}
     ns = f"team-{1 + i % max(namespaces - 1, 1):03d}"
     return {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
             "metadata": {"name": f"svc-{i}", "namespace": ns, "uid": f"p-{i}", "resourceVersion": str(20000 + i)},
@@ -151,7 +152,7 @@ def job(i: int, namespaces: int, pods_per_job: int) -> dict[str, Any]:
 
 
 def pod(i: int, world: World, *, generation: int = 0, restarts: int = 0) -> dict[str, Any]:
-    """Pod number i: the first jobs×pods_per_job belong to training jobs (1-GPU Workers, a CPU Master, all
+    """Pod number i: the first jobs x pods_per_job belong to training jobs (1-GPU Workers, a CPU Master, all
     in the job's zone), the rest are ordinary workloads (every fifth on a GPU node takes a GPU); a few
     are Pending. `generation` renames an ordinary pod (a rollout); `restarts` changes only its status."""
     in_job = i < world.jobs * world.pods_per_job
@@ -228,7 +229,8 @@ def pod(i: int, world: World, *, generation: int = 0, restarts: int = 0) -> dict
             "containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
             "dnsPolicy": "ClusterFirst", "serviceAccountName": "default", "serviceAccount": "default",
             **({"nodeName": node_name} if node_name else {}), "schedulerName": "default-scheduler",
-            "securityContext": {}, "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+            "securityContext": {}, "priority": 0, "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
                              "tolerationSeconds": 300},
                             {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",

@@ -26,17 +26,21 @@ import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from app import policy
 from app.cache import resources
 from app.cache.errors import CacheNotReadyError, ClientConfigError
 from app.cache.reflector import KindCache, Reflector, WatchTuning
 from app.cache.store import SyncStatus
 from app.config import Settings
-from app.models.cluster import Snapshot
+from app.models.cluster import NetworkMemo, PodInfo, Snapshot
 
 log = logging.getLogger(__name__)
 
 POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+# The kinds no verdict reads (models/cluster.py NetworkMemo): a change to them keeps the network memo (the
+# pods' named ports aside). Any other kind, present or added later, counts as a network input.
+NOT_NETWORK_KINDS = frozenset({"Node", "Pod", *RUNTIME_KINDS, *resources.JOB_KINDS})
 
 
 def build_api_client(kubeconfig: str | None, *, pool_size: int) -> client.ApiClient:
@@ -105,6 +109,7 @@ class WatchStore:
         self._revision = 0
         self._built: dict[str, tuple[KindCache, int, tuple[Any, ...]]] = {}  # kind -> (cache, generation, values)
         self._published_at = time.monotonic()
+        self._absent: tuple[str, ...] = ()  # the absent kinds of the last snapshot built
 
     # -- Store -----------------------------------------------------------------------------
 
@@ -235,6 +240,7 @@ class WatchStore:
             self._built[kind] = (cache, generation, tuple(v for _, v in items))
         held = {kind: built[2] for kind, built in self._built.items()}
         self._revision += 1
+        network = self._network_memo(set(copied), absent, held["Pod"])
         return Snapshot(
             nodes=held["Node"],
             namespaces=MappingProxyType({v.name: v for v in held["Namespace"]}),
@@ -248,7 +254,25 @@ class WatchStore:
                 {(v.kind, v.namespace, v.name): v for kind in RUNTIME_KINDS for v in held.get(kind, ())}
             ),
             jobs=tuple(job for kind in resources.JOB_KINDS for job in held.get(kind, ())),
+            network_memo=network,
         )
+
+    def _network_memo(self, changed: set[str], absent: tuple[str, ...], pods: tuple[PodInfo, ...]) -> NetworkMemo:
+        """The previous snapshot's network memo when this one's network inputs are the same, else a new one.
+
+        Every kind counts as a network input except those listed in NOT_NETWORK_KINDS; of the pods only
+        their named ports do (`policy.named_ports`), compared when pods changed.
+        """
+        previous = self._snapshot.network_memo if self._snapshot is not None else None
+        if previous is None or absent != self._absent or any(k not in NOT_NETWORK_KINDS for k in changed):
+            self._absent = absent
+            return NetworkMemo(policy.named_ports(pods))
+        if "Pod" in changed:
+            ports = policy.named_ports(pods)
+            if ports != previous.named_ports:
+                return NetworkMemo(ports)
+        return previous
+
 
     @staticmethod
     def _notify(callback: Callable[[Snapshot], None], snapshot: Snapshot) -> None:

@@ -147,7 +147,7 @@ def keys_read(snapshot: Snapshot) -> frozenset[str]:
     # NB: the two inputs are built first: a memo builder must not build another memo (the lock is not
     # reentrant), so the union's builder only combines what exists.
     index, mentioned = policy.build_index(snapshot), policy.label_keys_mentioned(snapshot)
-    return snapshot.memo(KEYS_READ_MEMO_KEY, lambda _: index.keys_read | mentioned)
+    return snapshot.memo(KEYS_READ_MEMO_KEY, lambda _: index.keys_read | mentioned, network=True)
 
 
 class DecisionKey:

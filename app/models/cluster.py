@@ -180,6 +180,23 @@ class JobInfo:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
+class NetworkMemo:
+    """Derived values that read only a snapshot's network inputs: its policies, namespaces, CIDR groups,
+    the Cilium agent's settings and the named ports of its pods (`policy.named_ports`).
+
+    Consecutive snapshots whose network inputs are the same share one (the watch cache hands it on;
+    see `Snapshot.memo(..., network=True)`), so a pod or node change does not rebuild the policy
+    index or forget the verdicts. A value kept here must not hold the snapshot that built it.
+    """
+
+    def __init__(self, named_ports: Mapping[str, frozenset[int]] | None = None) -> None:
+        self.values: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        # The named ports of the snapshot it was made for (None: not computed): a later snapshot whose
+        # pods name other ports needs a memo of its own.
+        self.named_ports = named_ports
+
+
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     """Everything a decision reads, immutable. `revision` changes whenever the content does."""
@@ -203,21 +220,25 @@ class Snapshot:
     cilium_config_labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # The image of the Cilium agent DaemonSet's agent container ("" when not known).
     cilium_image: str = ""
+    # What this snapshot shares with its predecessors of the same network inputs (see NetworkMemo).
+    network_memo: NetworkMemo = field(default_factory=NetworkMemo, repr=False, compare=False)
 
-    def memo(self, key: str, build: Callable[[Snapshot], T]) -> T:
+    def memo(self, key: str, build: Callable[[Snapshot], T], *, network: bool = False) -> T:
         """Return the derived value `key`, building it with `build(self)` the first time.
 
         Derived values are computed once per snapshot (indexes, aggregates); a snapshot is
-        never mutated, so they never go stale.
+        never mutated, so they never go stale. `network`: the value reads only the network inputs
+        (NetworkMemo), so it is kept in the memo this snapshot shares with others of the same ones.
         """
+        values, lock = (self.network_memo.values, self.network_memo.lock) if network else (self._memo, self._memo_lock)
         try:
-            return self._memo[key]  # type: ignore[no-any-return]
+            return values[key]  # type: ignore[no-any-return]
         except KeyError:
             pass
-        with self._memo_lock:
-            if key not in self._memo:
-                self._memo[key] = build(self)
-            return self._memo[key]  # type: ignore[no-any-return]
+        with lock:
+            if key not in values:
+                values[key] = build(self)
+            return values[key]  # type: ignore[no-any-return]
 
     def opted_in(self, namespace: str) -> bool:
         """Whether topoguard handles `namespace`'s jobs: labelled `topoguard.io/enabled=true`, or not in the

@@ -14,11 +14,11 @@ endpoint's labels, not every policy. Selectors without a positive requirement ar
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.models.cluster import PolicyObject, Snapshot
+from app.models.cluster import PodInfo, PolicyObject, Snapshot
 from app.policy.cilium import CCNP, CNP, compile_cilium
 from app.policy.knp import KIND as KNP
 from app.policy.knp import compile_knp
@@ -129,7 +129,18 @@ def _strip_source(key: str) -> str:
 
 def build_index(snapshot: Snapshot) -> PolicyIndex:
     """The snapshot's compiled policies and subject index, built once per snapshot."""
-    return snapshot.memo(MEMO_KEY, _build)
+    return snapshot.memo(MEMO_KEY, _build, network=True)
+
+
+def named_ports(pods: Iterable[PodInfo]) -> dict[str, frozenset[int]]:
+    """Every container port name the pods carry (lowercased) with the numbers it stands for: how a
+    named port in a policy is resolved (its only input from the pods)."""
+    found: dict[str, set[int]] = defaultdict(set)
+    for pod in pods:
+        for container_port in pod.ports:
+            if container_port.name:
+                found[container_port.name.lower()].add(container_port.port)
+    return {name: frozenset(numbers) for name, numbers in found.items()}
 
 
 def _build(snapshot: Snapshot) -> PolicyIndex:
@@ -141,16 +152,12 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
     keys: set[str] = set()
     for obj in snapshot.policies:
         _selector_keys(obj.body, keys)
-    port_names: dict[str, set[int]] = defaultdict(set)
-    for pod in snapshot.pods:
-        for container_port in pod.ports:
-            if container_port.name:
-                port_names[container_port.name.lower()].add(container_port.port)
+    known = snapshot.network_memo.named_ports
     return PolicyIndex(
         compiled,
         dict(buckets),
         frozenset(_strip_source(k) for k in keys),
-        {name: frozenset(numbers) for name, numbers in port_names.items()},
+        dict(known) if known is not None else named_ports(snapshot.pods),
         _host_rules(snapshot),
         _keys_read(compiled) | frozenset(_strip_source(k) for k in keys),
     )
@@ -206,7 +213,7 @@ def label_values_mentioned(snapshot: Snapshot, key: str) -> frozenset[str] | Non
     Returns None when some selector uses `key` in a way that is not value-enumerable (an
     operator outside the four, or `values` that is not a list): then nothing can be concluded.
     """
-    return snapshot.memo(f"{MEMO_KEY}:values:{key}", lambda s: _values_of(s, key))
+    return snapshot.memo(f"{MEMO_KEY}:values:{key}", lambda s: _values_of(s, key), network=True)
 
 
 def _values_of(snapshot: Snapshot, key: str) -> frozenset[str] | None:

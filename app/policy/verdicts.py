@@ -97,7 +97,7 @@ def check_flow(
         return evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement, agent=agent)
     index = build_index(snapshot)
     key = (flow_key(index, src), flow_key(index, dst), ports.first, ports.last, protocol, enforcement, agent)
-    memo = snapshot.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo())
+    memo = snapshot.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo(), network=True)
     found = memo.get(key)
     if found is None:
         found = evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement, agent=agent)
@@ -117,7 +117,7 @@ def snapshot_agent(snapshot: Snapshot, version: str = "") -> CiliumAgent:
             return agents.agent_settings(s, version=version)
         except agents.AgentConfigError:
             return CiliumAgent()
-    return snapshot.memo(f"{AGENT_MEMO_KEY}/{version}", build)
+    return snapshot.memo(f"{AGENT_MEMO_KEY}/{version}", build, network=True)
 
 
 def evaluate_flow(
