@@ -27,7 +27,7 @@ from typing import Any
 
 from app import policy
 from app.config import Settings
-from app.engine import capacity, ledger, memo, nodes, zones
+from app.engine import capacity, lead, ledger, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
@@ -115,7 +115,7 @@ def _gpu_breakdown(group: JobGroup) -> str:
 
 
 # Every capacity problem starts with this, so validate() can tell a shortfall from a blocked path.
-CAPACITY_PREFIX = "needs "
+CAPACITY_PREFIX = lead.CAPACITY_PREFIX
 
 
 def gpus_needed(group: JobGroup) -> int:
@@ -363,6 +363,11 @@ def decide_fresh(
     reasons when no zone is open and could ever hold the job (or, under capacityPolicy refuse, fits now).
     """
     run = start_run(group, snapshot, settings, strict=False, reserved=reserved, suspended=suspended)
+    return lead.with_lead(group, _decide(run))
+
+
+def _decide(run: Run) -> Decision:
+    group, settings, suspended = run.group, run.settings, run.suspended
     fits = fit_zones(run)
     candidates = [f for f in fits if f.anchored]
     excluded = {f.zone: f.problems for f in fits if not f.anchored}

@@ -46,7 +46,7 @@ from pydantic import ValidationError
 
 from app import engine, jobs
 from app.config import Settings
-from app.engine import patches
+from app.engine import lead, patches
 from app.http import responses
 from app.http.inflight import InFlight
 from app.jobs import status as job_status
@@ -434,13 +434,18 @@ def _ours_to_place(request: ReviewRequest, obj: Mapping[str, Any], snapshot: Sna
 
 def _refusal(uid: str, subject: str, kind: str, decision: Decision, *, warn: bool, job_name: str) -> Outcome:
     """No zone qualifies: refuse with 403 and the per-zone reasons, or admit unchanged with warnings."""
-    reasons = [engine.render(r, job_name) for r in decision.reasons] or ["no zone qualifies"]
+    lead_text = engine.render(decision.lead or "no zone qualifies", job_name)
+    rest = [engine.render(r, job_name) for r in lead.remaining_reasons(decision)]
     warnings = [engine.render(w, job_name) for w in decision.warnings]
     if warn:
-        summary = f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn)"
-        review = responses.allowed(uid, warnings=[summary, *reasons, *warnings], audit=_audit(decision, "warned"))
+        # The first warning says where the rest is: the apiserver keeps 12 of at most 256 characters each.
+        summary = (f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn); "
+                   "the next warning says why, `topoguard explain` shows every zone and flow")
+        review = responses.allowed(uid, warnings=[summary, lead_text, *rest, *warnings],
+                                   audit=_audit(decision, "warned"))
         return Outcome(review, "warned", kind, decision)
-    message = f"topoguard: {subject} cannot run in one open zone: " + "; ".join(reasons)
+    more = f" Also: {'; '.join(rest)}" if rest else ""
+    message = f"topoguard: {subject} cannot run in one open zone: {lead_text}.{more}"
     review = responses.refused(uid, code=403, message=message, warnings=warnings, audit=_audit(decision, "denied"))
     return Outcome(review, "denied", kind, decision)
 
