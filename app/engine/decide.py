@@ -367,7 +367,7 @@ def decide_fresh(
 
 
 def _decide(run: Run) -> Decision:
-    group, settings, suspended = run.group, run.settings, run.suspended
+    settings, suspended = run.settings, run.suspended
     fits = fit_zones(run)
     candidates = [f for f in fits if f.anchored]
     excluded = {f.zone: f.problems for f in fits if not f.anchored}

@@ -97,7 +97,7 @@ def mutated_reviews(draw: st.DrawFn) -> dict[str, Any]:
             key = path[-1]
             # An earlier mutation may have turned a list into a dict (or back): a list index must not
             # become a dict key (JSON has only string keys, orjson refuses others), nor a key an index.
-            fits = isinstance(parent, dict) and isinstance(key, str) or (
+            fits = (isinstance(parent, dict) and isinstance(key, str)) or (
                 isinstance(parent, list) and isinstance(key, int) and key < len(parent))
             if not fits:
                 continue

@@ -8,7 +8,15 @@ from app.config import Settings
 from app.engine import lead
 from app.engine.decide import decide_fresh
 from app.engine.validation import validate_fresh
-from tests.builders import make_cnp, make_group, make_intra_zone_cnp, make_namespace, make_node, make_replica, make_snapshot
+from tests.builders import (
+    make_cnp,
+    make_group,
+    make_intra_zone_cnp,
+    make_namespace,
+    make_node,
+    make_replica,
+    make_snapshot,
+)
 
 NS = "research"
 
