@@ -245,6 +245,9 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
 
 def _no_candidates(run: Run, fits: Sequence[zones.ZoneFit]) -> tuple[str, ...]:
     """Why no zone can anchor the GPU replicas."""
+    if not run.index.zones and "Node" in run.snapshot.missing_kinds:
+        return ("the cluster snapshot has no Node objects, so no zone can be judged: add them "
+                "(kubectl get nodes -o yaml)",)
     if not run.index.zones:
         return (f"no Ready, schedulable node carries the zone label {run.settings.zone_label}",)
     reasons = []
@@ -308,7 +311,19 @@ def warnings_for(run: Run) -> tuple[str, ...]:
     out += [run.checker.truncated[key] for key in sorted(run.checker.truncated)]
     if run.snapshot.missing_kinds:
         out.append(f"the cluster snapshot has no {', '.join(sorted(run.snapshot.missing_kinds))}")
+    out += unreadable_gpus(run.snapshot, run.settings.gpu_resources)
     return tuple(out)
+
+
+def unreadable_gpus(snapshot: Snapshot, gpu_resources: Sequence[str]) -> list[str]:
+    """Nodes whose allocatable GPUs are not a quantity: counted as none, and said so."""
+    kinds = set(gpu_resources)
+    return [
+        f"node {node.name}: allocatable {resource}={value!r} is not a quantity, so it counts as 0 GPUs"
+        for node in snapshot.nodes
+        for resource, value in sorted(node.unparsable.items())
+        if resource in kinds
+    ]
 
 
 def zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = lambda problem: True) -> list[str]:
