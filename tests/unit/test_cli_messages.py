@@ -107,4 +107,5 @@ def test_review_of_a_file_that_is_neither_says_so(tmp_path: Path) -> None:
     path.write_text("foo: bar\n")
     code, out, err = _review(str(path))
     assert (code, out) == (2, "")
-    assert err == f"topoguard review: {path} is neither an AdmissionReview nor a job manifest (no apiVersion and kind)\n"
+    want = f"topoguard review: {path} is neither an AdmissionReview nor a job manifest (no apiVersion and kind)\n"
+    assert err == want
