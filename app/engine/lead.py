@@ -192,8 +192,8 @@ def lead_for(group: JobGroup, decision: Decision) -> tuple[str, tuple[str, ...]]
     reports = decision.zones
     if decision.split or not reports:
         first = decision.reasons[0] if decision.reasons else "no zone qualifies"
-        prefix = "No zone can run the job's GPU pods" if not reports else "The replicas cannot share one zone"
-        return f"{prefix}: {first}", (decision.reasons[0],) if decision.reasons else ()
+        text = f"No zone can run the job's GPU pods: {first}" if not reports else first[:1].upper() + first[1:]
+        return text, (decision.reasons[0],) if decision.reasons else ()
     fitting = [r for r in reports if r.fits]
     findings = _findings(fitting)
     if findings:
