@@ -30,6 +30,9 @@ SHED_REASONS = ("namespace-share", "no-worker", "memory")
 # that could not take a job, capacity / network-deny / network-unknown, or placement when neither
 # applies; once per refused job, split when its replicas share no zone or could run split across zones.
 REASON_CLASSES = ("capacity", "network-deny", "network-unknown", "placement", "split")
+# Every value of `topoguard_skip_requests_total{result}`: a job's topoguard.io/skip honoured (its namespace is
+# labelled topoguard.io/allow-skip=true) or ignored with a warning (app.http.admission.Outcome.skip).
+SKIP_RESULTS = ("honoured", "ignored")
 # Most labelled series a per-review metric keeps a handle to (the callers bound the label values:
 # operations, KNOWN_KINDS, outcomes, reason classes, zones); past it `.labels()` is asked every time.
 MAX_CACHED_SERIES = 1024
@@ -81,6 +84,12 @@ class Metrics:
             "Reviews answered without a decision because no worker (or memory) was free for them in time, "
             f"by reason ({', '.join(SHED_REASONS)}).",
             ["reason"], registry=r,
+        )
+        self.skip_requests = Counter(
+            f"{PREFIX}_skip_requests_total",
+            f"Jobs annotated topoguard.io/skip=true, by result ({', '.join(SKIP_RESULTS)}): honoured only in "
+            "namespaces labelled topoguard.io/allow-skip=true.",
+            ["result"], registry=r,
         )
         self.workers_stuck = Gauge(
             f"{PREFIX}_workers_stuck", "Review tasks running far past the deadline (/healthz fails while > 0).",
@@ -150,6 +159,10 @@ class Metrics:
             series.set(count)
             if zone in self._zone_blocked_flows:
                 self._blocked_last[zone] = count
+
+    def record_skip(self, result: str) -> None:
+        """`result`: one of SKIP_RESULTS."""
+        self.skip_requests.labels(result=result).inc()
 
     def record_shed(self, reason: str) -> None:
         self.reviews_shed.labels(reason=reason).inc()

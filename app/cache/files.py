@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -38,8 +39,14 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
         raise SnapshotError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
 
 
-def _objects(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for number, doc in _documents(path):
+def _objects(path: Path, *, skip: Callable[[str], None] | None = None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The objects of one file. `skip`: in a directory, a file whose documents are not Kubernetes objects
+    (no `kind`: a topoguard config file, a values file) is passed over with a note, not fatal."""
+    documents = list(_documents(path))
+    if skip is not None and not any(_is_object(doc) for _, doc in documents):
+        skip(f"{path}: not a Kubernetes object (no kind), skipped")
+        return
+    for number, doc in documents:
         where = f"{path} document {number}"
         if doc is None:
             continue
@@ -70,6 +77,7 @@ def build_snapshot(
     *,
     revision: str = "0",
     gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
+    missing_kinds: tuple[str, ...] = (),
 ) -> Snapshot:
     """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored. Every pod is kept
     (bound or pending); `gpu_resources` (settings `gpuResources`) is what the jobs' audit shapes count as GPUs."""
@@ -105,19 +113,39 @@ def build_snapshot(
         revision=revision,
         training_runtimes=MappingProxyType(runtimes),
         jobs=tuple(jobs),
+        missing_kinds=missing_kinds,
     )
 
 
+def _is_object(doc: Any) -> bool:
+    return isinstance(doc, Mapping) and isinstance(doc.get("kind"), str) and bool(doc["kind"])
+
+
+def _note(text: str) -> None:
+    print(f"topoguard: note: {text}", file=sys.stderr)
+
+
 def load_snapshot(
-    path: str | Path, *, gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES
+    path: str | Path,
+    *,
+    gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
+    note: Callable[[str], None] = _note,
 ) -> Snapshot:
-    """Read a snapshot from a file or directory. Raises SnapshotError naming file and document."""
+    """Read a snapshot from a file or directory. Raises SnapshotError naming file and document.
+
+    In a directory, files that hold no Kubernetes object are skipped, each with a `note` (stderr by
+    default). A snapshot without Nodes says so (`missing_kinds`): no zone can be judged without them.
+    """
     objects: list[Mapping[str, Any]] = []
     digest = hashlib.sha256()
-    for file in _files(Path(path)):
-        for where, obj in _objects(file):
+    root = Path(path)
+    directory = root.is_dir()
+    for file in _files(root):
+        for where, obj in _objects(file, skip=note if directory else None):
             if "kind" not in obj:
                 raise SnapshotError(f"{where}: object has no kind")
             objects.append(obj)
         digest.update(file.read_bytes())
-    return build_snapshot(objects, revision=digest.hexdigest()[:16], gpu_resources=gpu_resources)
+    no_nodes = not any(obj.get("kind") == "Node" for obj in objects)
+    return build_snapshot(objects, revision=digest.hexdigest()[:16], gpu_resources=gpu_resources,
+                          missing_kinds=("Node",) if no_nodes else ())

@@ -68,10 +68,18 @@ def parse_count(value: Any) -> int:
     Extended resources (GPUs) must be integers in Kubernetes, so suffixes are not expected;
     "1k" style values are still read for robustness.
     """
+    count = read_count(value)
+    return 0 if count is None else count
+
+
+def read_count(value: Any) -> int | None:
+    """`parse_count`, but None when `value` is no quantity at all (`"eight"`, a list), so it can be reported."""
     if isinstance(value, bool):
-        return 0
+        return None
     if isinstance(value, int):
         return max(value, 0)
+    if not isinstance(value, str | float):
+        return None
     text = str(value).strip()
     multipliers = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
     for suffix, factor in sorted(multipliers.items(), key=lambda kv: -len(kv[0])):
@@ -82,12 +90,17 @@ def parse_count(value: Any) -> int:
         mult = 1
     try:
         return max(int(float(text) * mult), 0)
-    except ValueError:
-        return 0
+    except (ValueError, OverflowError):  # not a number, NaN or infinity
+        return None
 
 
 def _extended(resources: Mapping[str, Any]) -> dict[str, int]:
     return {str(k): parse_count(v) for k, v in resources.items() if k not in STANDARD_RESOURCES}
+
+
+def _unparsable(resources: Mapping[str, Any]) -> dict[str, str]:
+    """Extended resources whose quantity cannot be read (counted as 0, and reported: engine warnings)."""
+    return {str(k): str(v) for k, v in resources.items() if k not in STANDARD_RESOURCES and read_count(v) is None}
 
 
 def project_node(obj: Mapping[str, Any]) -> NodeInfo:
@@ -107,6 +120,7 @@ def project_node(obj: Mapping[str, Any]) -> NodeInfo:
         allocatable=freeze(_extended(resources)),
         ready=ready,
         unschedulable=_flag(spec.get("unschedulable")),
+        unparsable=freeze(_unparsable(resources)),
     )
 
 

@@ -67,6 +67,9 @@ class NodeInfo:
     allocatable: Mapping[str, int]  # extended resources only, whole units (e.g. nvidia.com/gpu: 8)
     ready: bool
     unschedulable: bool
+    # Extended resources whose allocatable quantity is not a number (`nvidia.com/gpu: "eight"`), as
+    # written: counted as 0 in `allocatable` and reported (engine warnings), never silently.
+    unparsable: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
