@@ -26,13 +26,13 @@ import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from app import policy
 from app.cache import resources
 from app.cache.errors import CacheNotReadyError, ClientConfigError
 from app.cache.reflector import KindCache, Reflector, WatchTuning
 from app.cache.store import SyncStatus
 from app.config import Settings
-from app.models.cluster import NetworkMemo, PodInfo, Snapshot
+from app.models.cluster import NetworkMemo, Snapshot
+from app.models.pods import PodIndex
 
 log = logging.getLogger(__name__)
 
@@ -239,12 +239,14 @@ class WatchStore:
             absent = tuple(
                 r.resource.kind for r in self._reflectors if r.absent and r.resource.kind not in resources.JOB_KINDS
             )
+            # The pods' aggregates at the same moment as the pods copied (models/pods.py).
+            pods = next(r.cache for r in self._reflectors if r.resource.kind == "Pod").aggregate.freeze()
         for kind, (cache, generation, items) in copied.items():
             items.sort(key=lambda kv: kv[0])
             self._built[kind] = (cache, generation, tuple(v for _, v in items))
         held = {kind: built[2] for kind, built in self._built.items()}
         self._revision += 1
-        network = self._network_memo(set(copied), absent, held["Pod"])
+        network = self._network_memo(set(copied), absent, pods)
         return Snapshot(
             nodes=held["Node"],
             namespaces=MappingProxyType({v.name: v for v in held["Namespace"]}),
@@ -259,22 +261,21 @@ class WatchStore:
             ),
             jobs=tuple(job for kind in resources.JOB_KINDS for job in held.get(kind, ())),
             network_memo=network,
+            pod_index=pods,
         )
 
-    def _network_memo(self, changed: set[str], absent: tuple[str, ...], pods: tuple[PodInfo, ...]) -> NetworkMemo:
+    def _network_memo(self, changed: set[str], absent: tuple[str, ...], pods: PodIndex) -> NetworkMemo:
         """The previous snapshot's network memo when this one's network inputs are the same, else a new one.
 
         Every kind counts as a network input except those listed in NOT_NETWORK_KINDS; of the pods only
-        their named ports do (`policy.named_ports`), compared when pods changed.
+        their named ports do (`PodIndex.named_ports`).
         """
         previous = self._snapshot.network_memo if self._snapshot is not None else None
         if previous is None or absent != self._absent or any(k not in NOT_NETWORK_KINDS for k in changed):
             self._absent = absent
-            return NetworkMemo(policy.named_ports(pods))
-        if "Pod" in changed:
-            ports = policy.named_ports(pods)
-            if ports != previous.named_ports:
-                return NetworkMemo(ports)
+            return NetworkMemo(pods.named_ports)
+        if pods.named_ports != previous.named_ports:
+            return NetworkMemo(pods.named_ports)
         return previous
 
 

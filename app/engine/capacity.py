@@ -25,6 +25,7 @@ from typing import Literal
 
 from app.models.cluster import NodeInfo, Snapshot, Taint, freeze
 from app.models.labels import HOSTNAME_LABEL
+from app.models.pods import pod_index
 
 # A label key counts as per-node when it takes more distinct values than this floor and than half of
 # the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
@@ -127,18 +128,10 @@ class ZoneIndex:
         return self.classes.get(zone, ())
 
 
-def held_gpus(snapshot: Snapshot, gpu_resources: Iterable[str]) -> dict[str, dict[str, int]]:
-    """GPUs requested per node by the non-terminal pods bound to it."""
-    wanted = frozenset(gpu_resources)
-    held: dict[str, dict[str, int]] = defaultdict(dict)
-    for pod in snapshot.pods:
-        if not pod.node_name or pod.terminal:
-            continue
-        for resource, count in pod.requests.items():
-            if resource in wanted and count:
-                per_node = held[pod.node_name]
-                per_node[resource] = per_node.get(resource, 0) + count
-    return held
+def held_gpus(snapshot: Snapshot) -> Mapping[str, Mapping[str, int]]:
+    """Extended resources (GPUs among them) requested per node by the non-terminal pods bound to it: kept
+    with the snapshot's pods (models/pods.py), not counted per snapshot."""
+    return pod_index(snapshot).held
 
 
 def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
@@ -160,7 +153,7 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
     targets = [n for n in snapshot.nodes if n.ready and not n.unschedulable and n.labels.get(zone_label)]
     per_node = _per_node_keys(targets)
-    held = held_gpus(snapshot, gpu_resources)
+    held = held_gpus(snapshot)
     ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str, ...]]
     grouped: dict[ClassKey, list[NodeSlot]] = defaultdict(list)
     for node in targets:

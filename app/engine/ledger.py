@@ -27,8 +27,9 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from app.models import pods as pods_model
 from app.models.cluster import JobInfo, PodInfo, Snapshot, freeze
-from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, KF_OPERATOR_NAME
+from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
 
@@ -68,24 +69,9 @@ class Ledger:
         return tuple(h for h in self.holds if h.zone == zone)
 
 
-OWNER_PREFIX = "owner:"  # the controller ownerReference's kind, in `_by_job`'s keys
-# The operators' job-name pod labels (`JobInfo.pod_label` is one of these).
-JOB_POD_LABELS = frozenset({KF_JOB_NAME, JOBSET_NAME_LABEL})
-
-
-def _by_job(pods: Iterable[PodInfo], label_keys: frozenset[str]) -> dict[tuple[str, str, str], list[PodInfo]]:
-    """Non-terminal pods (bound or pending) per (namespace, label key, value) for the operators' job-name
-    labels, and per (namespace, OWNER_PREFIX + kind, name) for the pods whose controller is the job itself."""
-    out: dict[tuple[str, str, str], list[PodInfo]] = defaultdict(list)
-    for pod in pods:
-        if pod.terminal:
-            continue
-        keys = [(key, value) for key in label_keys if (value := pod.labels.get(key))]
-        if pod.owner[0]:
-            keys.append((OWNER_PREFIX + pod.owner[0], pod.owner[1]))
-        for key, value in keys:
-            out[(pod.namespace, key, value)].append(pod)
-    return out
+# How a pod is found to be a job's: models/pods.py keeps the groups (job-name labels, controller owner).
+OWNER_PREFIX = pods_model.OWNER_PREFIX
+JOB_POD_LABELS = frozenset(pods_model.JOB_POD_LABELS)
 
 
 def _belongs(pod: PodInfo, job: JobInfo) -> bool:
@@ -93,22 +79,25 @@ def _belongs(pod: PodInfo, job: JobInfo) -> bool:
     return not job.operators or not operator or operator in job.operators
 
 
-def match_pods(jobs: Iterable[JobInfo], pods: Iterable[PodInfo]) -> dict[JobKey, tuple[PodInfo, ...]]:
-    """Each job's non-terminal pods, bound or pending (see the module docstring), in the snapshot's order;
-    a pod matched both by label and by owner counts once."""
-    jobs = list(jobs)
-    by_job = _by_job(pods, frozenset(j.pod_label for j in jobs))
+def match_pods(
+    jobs: Iterable[JobInfo], groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
+) -> dict[JobKey, tuple[PodInfo, ...]]:
+    """Each job's non-terminal pods, bound or pending (see the module docstring), from the pods' groups
+    (`PodIndex.groups`), by namespace and name; a pod matched both by label and by owner counts once."""
     out: dict[JobKey, tuple[PodInfo, ...]] = {}
     for job in jobs:
-        by_label = [p for p in by_job.get((job.namespace, job.pod_label, job.name), ()) if _belongs(p, job)]
-        by_owner = by_job.get((job.namespace, OWNER_PREFIX + job.kind, job.name), [])
-        out[(job.kind, job.namespace, job.name)] = tuple({id(p): p for p in (*by_label, *by_owner)}.values())
+        by_label = [p for p in groups.get((job.namespace, job.pod_label, job.name), ()) if _belongs(p, job)]
+        by_owner = groups.get((job.namespace, OWNER_PREFIX + job.kind, job.name), ())
+        found = {id(p): p for p in (*by_label, *by_owner)}.values() if by_owner and by_label else (by_label or by_owner)
+        out[(job.kind, job.namespace, job.name)] = tuple(sorted(found, key=lambda p: (p.namespace, p.name)))
     return out
 
 
 def job_pods(snapshot: Snapshot) -> Mapping[JobKey, tuple[PodInfo, ...]]:
-    """`match_pods` over every stored job of the snapshot, built once per snapshot."""
-    return snapshot.memo(f"{LEDGER_MEMO_KEY}/pods", lambda s: MappingProxyType(match_pods(s.jobs, s.pods)))
+    """`match_pods` over every stored job of the snapshot, built once per snapshot (its cost: the jobs' pods)."""
+    return snapshot.memo(
+        f"{LEDGER_MEMO_KEY}/pods", lambda s: MappingProxyType(match_pods(s.jobs, pods_model.pod_index(s).groups))
+    )
 
 
 def is_job_pod(pod: PodInfo, job_kinds: Iterable[str]) -> bool:
@@ -127,7 +116,7 @@ def build_ledger(
 ) -> Ledger:
     """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
     holding = [j for j in snapshot.jobs if reserves(j)]
-    pods = match_pods(holding, snapshot.pods)
+    pods = match_pods(holding, pods_model.pod_index(snapshot).groups)
     holds: list[Hold] = []
     for job in holding:
         bound: dict[str, int] = defaultdict(int)

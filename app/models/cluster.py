@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from app.models.labels import ENABLED_LABEL
 
-if TYPE_CHECKING:  # NB: app.models.job imports this module (ContainerPort)
+if TYPE_CHECKING:  # NB: app.models.job and app.models.pods import this module
     from app.models.job import JobShape
+    from app.models.pods import PodIndex
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -185,7 +186,7 @@ class JobInfo:
 
 class NetworkMemo:
     """Derived values that read only a snapshot's network inputs: its policies, namespaces, CIDR groups,
-    the Cilium agent's settings and the named ports of its pods (`policy.named_ports`).
+    the Cilium agent's settings and the named ports of its pods (`PodIndex.named_ports`).
 
     Consecutive snapshots whose network inputs are the same share one (the watch cache hands it on;
     see `Snapshot.memo(..., network=True)`), so a pod or node change does not rebuild the policy
@@ -195,6 +196,7 @@ class NetworkMemo:
     def __init__(self, named_ports: Mapping[str, frozenset[int]] | None = None) -> None:
         self.values: dict[str, Any] = {}
         self.lock = threading.Lock()
+        self.building: dict[str, threading.Lock] = {}  # per key, held while its value is built
         # The named ports of the snapshot it was made for (None: not computed): a later snapshot whose
         # pods name other ports needs a memo of its own.
         self.named_ports = named_ports
@@ -216,6 +218,7 @@ class Snapshot:
     training_runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] = field(default_factory=lambda: MappingProxyType({}))
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _memo_building: dict[str, threading.Lock] = field(default_factory=dict, repr=False, compare=False)
     # The stored training jobs of every supported kind (the reservation ledger's input).
     jobs: tuple[JobInfo, ...] = ()
     # The cilium-config ConfigMap (data, and its labels); None when not read or not present.
@@ -225,6 +228,8 @@ class Snapshot:
     cilium_image: str = ""
     # What this snapshot shares with its predecessors of the same network inputs (see NetworkMemo).
     network_memo: NetworkMemo = field(default_factory=NetworkMemo, repr=False, compare=False)
+    # The pods' aggregates as the watch cache keeps them (models/pods.py); None: built from `pods` on use.
+    pod_index: PodIndex | None = field(default=None, repr=False, compare=False)
 
     def memo(self, key: str, build: Callable[[Snapshot], T], *, network: bool = False) -> T:
         """Return the derived value `key`, building it with `build(self)` the first time.
@@ -232,13 +237,21 @@ class Snapshot:
         Derived values are computed once per snapshot (indexes, aggregates); a snapshot is
         never mutated, so they never go stale. `network`: the value reads only the network inputs
         (NetworkMemo), so it is kept in the memo this snapshot shares with others of the same ones.
+        Each key is built under a lock of its own, so a builder may read other memos (derived values
+        depend on one another without cycles) and threads wait only for the value they need.
         """
-        values, lock = (self.network_memo.values, self.network_memo.lock) if network else (self._memo, self._memo_lock)
+        shared = self.network_memo if network else None
+        values = shared.values if shared else self._memo
         try:
             return values[key]  # type: ignore[no-any-return]
         except KeyError:
             pass
-        with lock:
+        locks = shared.building if shared else self._memo_building
+        with shared.lock if shared else self._memo_lock:
+            building = locks.get(key)
+            if building is None:
+                building = locks[key] = threading.Lock()
+        with building:
             if key not in values:
                 values[key] = build(self)
             return values[key]  # type: ignore[no-any-return]

@@ -41,7 +41,6 @@ from app.policy.index import (
     build_index,
     label_keys_mentioned,
     label_values_mentioned,
-    named_ports,
     policy_problems,
 )
 from app.policy.verdicts import check_flow, evaluate_flow, snapshot_agent
@@ -54,7 +53,6 @@ __all__ = [
     "evaluate_flow",
     "label_keys_mentioned",
     "label_values_mentioned",
-    "named_ports",
     "policy_problems",
     "snapshot_agent",
 ]

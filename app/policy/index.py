@@ -14,11 +14,12 @@ endpoint's labels, not every policy. Selectors without a positive requirement ar
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.models.cluster import PodInfo, PolicyObject, Snapshot
+from app.models.cluster import PolicyObject, Snapshot
+from app.models.pods import pod_index
 from app.policy.cilium import CCNP, CNP, compile_cilium
 from app.policy.knp import KIND as KNP
 from app.policy.knp import compile_knp
@@ -132,17 +133,6 @@ def build_index(snapshot: Snapshot) -> PolicyIndex:
     return snapshot.memo(MEMO_KEY, _build, network=True)
 
 
-def named_ports(pods: Iterable[PodInfo]) -> dict[str, frozenset[int]]:
-    """Every container port name the pods carry (lowercased) with the numbers it stands for: how a
-    named port in a policy is resolved (its only input from the pods)."""
-    found: dict[str, set[int]] = defaultdict(set)
-    for pod in pods:
-        for container_port in pod.ports:
-            if container_port.name:
-                found[container_port.name.lower()].add(container_port.port)
-    return {name: frozenset(numbers) for name, numbers in found.items()}
-
-
 def _build(snapshot: Snapshot) -> PolicyIndex:
     compiled = tuple(compile_policy(p) for p in snapshot.policies)
     buckets: dict[str, _Bucket] = defaultdict(_Bucket)
@@ -152,12 +142,11 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
     keys: set[str] = set()
     for obj in snapshot.policies:
         _selector_keys(obj.body, keys)
-    known = snapshot.network_memo.named_ports
     return PolicyIndex(
         compiled,
         dict(buckets),
         frozenset(_strip_source(k) for k in keys),
-        dict(known) if known is not None else named_ports(snapshot.pods),
+        dict(pod_index(snapshot).named_ports),
         _host_rules(snapshot),
         _keys_read(compiled) | frozenset(_strip_source(k) for k in keys),
     )
