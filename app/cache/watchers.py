@@ -242,7 +242,8 @@ class WatchStore:
             # The pods' aggregates at the same moment as the pods copied (models/pods.py).
             pods = next(r.cache for r in self._reflectors if r.resource.kind == "Pod").aggregate.freeze()
         for kind, (cache, generation, items) in copied.items():
-            items.sort(key=lambda kv: kv[0])
+            if kind != "Pod":  # pods are read through their aggregates (models/pods.py), in no order
+                items.sort(key=lambda kv: kv[0])
             self._built[kind] = (cache, generation, tuple(v for _, v in items))
         held = {kind: built[2] for kind, built in self._built.items()}
         self._revision += 1

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from app.models import pods as pods_model
-from app.models.cluster import JobInfo, PodInfo, Snapshot, freeze
+from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, freeze
 from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
@@ -79,18 +79,45 @@ def _belongs(pod: PodInfo, job: JobInfo) -> bool:
     return not job.operators or not operator or operator in job.operators
 
 
+@dataclass(frozen=True, slots=True)
+class JobPods:
+    """One job's non-terminal pods (bound or pending, by namespace and name), and what the bound ones request."""
+
+    pods: tuple[PodInfo, ...]
+    bound: Mapping[str, int]
+
+
+# A job's pods change only when one of its two groups does (models/pods.py replaces a group's tuple only
+# when its members change), so the match is kept by the identity of the job and the groups: under pod
+# churn, a publish matches again only the jobs whose pods changed.
+_MATCHED: IdentityMemo[JobPods] = IdentityMemo(65536)
+
+
+def _match(job: JobInfo, by_label: tuple[PodInfo, ...], by_owner: tuple[PodInfo, ...]) -> JobPods:
+    labelled = [p for p in by_label if _belongs(p, job)]
+    found = {id(p): p for p in (*labelled, *by_owner)}.values() if by_owner and labelled else (labelled or by_owner)
+    pods = tuple(sorted(found, key=lambda p: (p.namespace, p.name)))
+    bound: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        if pod.node_name:  # a pending pod holds nothing yet: the reservation covers it
+            for resource, count in pod.requests.items():
+                bound[resource] += count
+    return JobPods(pods, freeze(bound))
+
+
+def matched(job: JobInfo, groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]) -> JobPods:
+    """The job's pods (see the module docstring) from the pods' groups (`PodIndex.groups`); a pod matched
+    both by label and by owner counts once."""
+    by_label = groups.get((job.namespace, job.pod_label, job.name), ())
+    by_owner = groups.get((job.namespace, OWNER_PREFIX + job.kind, job.name), ())
+    return _MATCHED.get((job, by_label, by_owner), lambda: _match(job, by_label, by_owner))
+
+
 def match_pods(
     jobs: Iterable[JobInfo], groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
 ) -> dict[JobKey, tuple[PodInfo, ...]]:
-    """Each job's non-terminal pods, bound or pending (see the module docstring), from the pods' groups
-    (`PodIndex.groups`), by namespace and name; a pod matched both by label and by owner counts once."""
-    out: dict[JobKey, tuple[PodInfo, ...]] = {}
-    for job in jobs:
-        by_label = [p for p in groups.get((job.namespace, job.pod_label, job.name), ()) if _belongs(p, job)]
-        by_owner = groups.get((job.namespace, OWNER_PREFIX + job.kind, job.name), ())
-        found = {id(p): p for p in (*by_label, *by_owner)}.values() if by_owner and by_label else (by_label or by_owner)
-        out[(job.kind, job.namespace, job.name)] = tuple(sorted(found, key=lambda p: (p.namespace, p.name)))
-    return out
+    """Each job's non-terminal pods, bound or pending (`matched`)."""
+    return {(job.kind, job.namespace, job.name): matched(job, groups).pods for job in jobs}
 
 
 def job_pods(snapshot: Snapshot) -> Mapping[JobKey, tuple[PodInfo, ...]]:
@@ -116,16 +143,11 @@ def build_ledger(
 ) -> Ledger:
     """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
     holding = [j for j in snapshot.jobs if reserves(j)]
-    pods = match_pods(holding, pods_model.pod_index(snapshot).groups)
+    groups = pods_model.pod_index(snapshot).groups
     holds: list[Hold] = []
     for job in holding:
-        bound: dict[str, int] = defaultdict(int)
-        for pod in pods[(job.kind, job.namespace, job.name)]:
-            if not pod.node_name:
-                continue  # a pending pod holds nothing yet: the reservation covers it
-            for resource, count in pod.requests.items():
-                bound[resource] += count
-        left = {r: job.demand.get(r, 0) - bound[r] for r in gpu_resources}
+        bound = matched(job, groups).bound
+        left = {r: job.demand.get(r, 0) - bound.get(r, 0) for r in gpu_resources}
         left = {r: n for r, n in left.items() if n > 0}
         if left:
             key = (job.kind, job.namespace, job.name)

@@ -7,6 +7,7 @@ are built once per snapshot and never per request.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,30 @@ class BoundedMemo(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class IdentityMemo(Generic[V]):
+    """Values derived from immutable inputs, kept from one snapshot to the next: found by the identity of
+    the inputs (the watch cache reuses an unchanged object, so an unchanged node or job finds its value
+    again in the next snapshot). The inputs are kept with the value and compared by identity, so a
+    reused id never answers; the oldest entry goes first when full."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: dict[tuple[int, ...], tuple[tuple[object, ...], V]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, inputs: tuple[object, ...], build: Callable[[], V]) -> V:
+        key = tuple(map(id, inputs))
+        found = self._entries.get(key)
+        if found is not None and all(map(operator.is_, found[0], inputs)):
+            return found[1]
+        value = build()
+        with self._lock:
+            while len(self._entries) >= self._size:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = (inputs, value)
+        return value
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def _cpu_pod_then_gpu_pod(api: FakeApiServer) -> None:
         ),
         pytest.param(
             _cpu_pod_then_gpu_pod,
-            lambda s: [p.name for p in s.pods] == ["after", "worker-0"],
+            lambda s: sorted(p.name for p in s.pods) == ["after", "worker-0"],
             id="a new pod without GPUs is not kept",
         ),
         pytest.param(
