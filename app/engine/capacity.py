@@ -153,7 +153,7 @@ ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str,
 # What a node contributes to its class besides its free GPUs depends on the node alone (and the node set's
 # per-node keys), so it is kept by their identity from one snapshot to the next: a publish after a pod
 # change only counts each node's free GPUs again.
-_NODE_CLASSES: IdentityMemo[tuple[ClassKey, Mapping[str, int]]] = IdentityMemo(65536)
+_NODE_CLASSES: IdentityMemo[tuple[ClassKey, Mapping[str, int]]] = IdentityMemo(4096)
 _TARGETS: IdentityMemo[tuple[tuple[NodeInfo, ...], frozenset[str]]] = IdentityMemo(16)
 
 
@@ -176,6 +176,7 @@ def _node_class(
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
     targets, per_node = _targets(snapshot.nodes, zone_label)
+    _NODE_CLASSES.fit(len(targets))
     held = held_gpus(snapshot)
     grouped: dict[ClassKey, list[NodeSlot]] = defaultdict(list)
     resources = tuple(gpu_resources)

@@ -20,6 +20,7 @@ memoized per snapshot (engine/cached.py).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -97,9 +98,12 @@ def start_run(
     `reserved` defaults to the snapshot's stored reservations without the group's own.
     """
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    # NB: the checker is kept in the snapshot's own memo, so it refers to the snapshot weakly: a strong
+    # reference would be a cycle, and a replaced snapshot would wait for a full collection (the server
+    # freezes the heap after each publish: app/http/app.py settle_heap) instead of going at once.
     shape = memo.per_shape(group, snapshot, settings, lambda: Shape(FlowChecker(
         group=group,
-        snapshot=snapshot,
+        snapshot=weakref.proxy(snapshot),
         enforcement=settings.policy_enforcement,
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,

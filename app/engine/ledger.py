@@ -90,7 +90,7 @@ class JobPods:
 # A job's pods change only when one of its two groups does (models/pods.py replaces a group's tuple only
 # when its members change), so the match is kept by the identity of the job and the groups: under pod
 # churn, a publish matches again only the jobs whose pods changed.
-_MATCHED: IdentityMemo[JobPods] = IdentityMemo(65536)
+_MATCHED: IdentityMemo[JobPods] = IdentityMemo(4096)
 
 
 def _match(job: JobInfo, by_label: tuple[PodInfo, ...], by_owner: tuple[PodInfo, ...]) -> JobPods:
@@ -117,6 +117,8 @@ def match_pods(
     jobs: Iterable[JobInfo], groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
 ) -> dict[JobKey, tuple[PodInfo, ...]]:
     """Each job's non-terminal pods, bound or pending (`matched`)."""
+    jobs = tuple(jobs)
+    _MATCHED.fit(len(jobs))
     return {(job.kind, job.namespace, job.name): matched(job, groups).pods for job in jobs}
 
 
@@ -144,6 +146,7 @@ def build_ledger(
     """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
     holding = [j for j in snapshot.jobs if reserves(j)]
     groups = pods_model.pod_index(snapshot).groups
+    _MATCHED.fit(len(snapshot.jobs))
     holds: list[Hold] = []
     for job in holding:
         bound = matched(job, groups).bound

@@ -58,24 +58,46 @@ class IdentityMemo(Generic[V]):
     """Values derived from immutable inputs, kept from one snapshot to the next: found by the identity of
     the inputs (the watch cache reuses an unchanged object, so an unchanged node or job finds its value
     again in the next snapshot). The inputs are kept with the value and compared by identity, so a
-    reused id never answers; the oldest entry goes first when full."""
+    reused id never answers.
+
+    Bounded by generations: when `size` values have been stored since the last turn, the entries not
+    asked for since then are dropped. A reader that asks for all its values on every snapshot (as many
+    as there are nodes or jobs) keeps them, and what it stopped asking for (a replaced pod group, a
+    deleted node) goes within two turns, with the old objects it held.
+    """
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._entries: dict[tuple[int, ...], tuple[tuple[object, ...], V]] = {}
+        self._current: dict[tuple[int, ...], tuple[tuple[object, ...], V]] = {}
+        self._previous: dict[tuple[int, ...], tuple[tuple[object, ...], V]] = {}
         self._lock = threading.Lock()
 
     def get(self, inputs: tuple[object, ...], build: Callable[[], V]) -> V:
         key = tuple(map(id, inputs))
-        found = self._entries.get(key)
-        if found is not None and all(map(operator.is_, found[0], inputs)):
+        found = self._current.get(key)
+        if found is None:
+            found = self._previous.get(key)
+            if found is not None and all(map(operator.is_, found[0], inputs)):
+                self._store(key, found)
+                return found[1]
+        elif all(map(operator.is_, found[0], inputs)):
             return found[1]
         value = build()
-        with self._lock:
-            while len(self._entries) >= self._size:
-                del self._entries[next(iter(self._entries))]
-            self._entries[key] = (inputs, value)
+        self._store(key, (inputs, value))
         return value
+
+    def _store(self, key: tuple[int, ...], entry: tuple[tuple[object, ...], V]) -> None:
+        with self._lock:
+            if len(self._current) >= self._size:
+                self._previous, self._current = self._current, {}
+            self._current[key] = entry
+
+    def fit(self, wanted: int) -> None:
+        """Keep room for `wanted` values asked for on every snapshot (twice that between turns)."""
+        self._size = max(self._size, 2 * wanted)
+
+    def __len__(self) -> int:
+        return len(self._current) + len(self._previous)
 
 
 @dataclass(frozen=True)

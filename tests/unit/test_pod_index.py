@@ -91,3 +91,21 @@ def test_a_frozen_index_does_not_change_with_the_builder() -> None:
 
     assert before.held == {"n1": {GPU: 2}} and before.groups == {("a", KF_JOB_NAME, "j"): (pod,)}
     assert builder.freeze().held == {} and builder.freeze().groups == {}
+
+
+def test_an_identity_memo_keeps_what_is_asked_for_and_drops_the_rest() -> None:
+    from app.models.cluster import IdentityMemo
+
+    memo: IdentityMemo[int] = IdentityMemo(4)
+    built: list[int] = []
+    hot = [object() for _ in range(2)]
+
+    def ask(x: object, n: int) -> int:
+        return memo.get((x,), lambda: built.append(n) or n)
+
+    for turn in range(10):
+        for i, x in enumerate(hot):
+            assert ask(x, i) == i
+        ask(object(), 100 + turn)  # a value asked for once (a replaced group)
+    assert built.count(0) == 1 and built.count(1) == 1  # the hot values were built once
+    assert len(memo) <= 8  # the cold ones went

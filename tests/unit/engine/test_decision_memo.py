@@ -176,3 +176,22 @@ def test_jobs_of_one_shape_share_their_flow_verdicts_whatever_their_capacity(mon
     assert second.result().zones != first.zones  # ... that counts the hold
     assert judged > 0
     assert len(calls) == judged  # ... on the verdicts the first one found
+
+
+def test_a_snapshot_with_decisions_is_freed_without_a_collection() -> None:
+    # The server freezes its heap after each publish (settle_heap): a snapshot kept alive by a reference
+    # cycle would outlive its replacement until the next full collection, minutes and hundreds of MB later.
+    import gc
+    import weakref
+
+    snapshot = make_snapshot(SNAPSHOT.nodes, namespaces=[make_namespace(NS)], policies=_policies())
+    engine.prepare(snapshot, Settings())
+    engine.decide(_torch("sweep-1"), snapshot, Settings())
+    engine.validate(_torch("sweep-1"), snapshot, Settings())
+    gone = weakref.ref(snapshot)
+    gc.disable()
+    try:
+        del snapshot
+        assert gone() is None
+    finally:
+        gc.enable()
