@@ -20,6 +20,8 @@ from typing import Any
 
 from app.models.cluster import PolicyObject, Snapshot
 from app.policy.cilium import CCNP, CNP, compile_cilium
+from app.policy.kcnp import KIND as KCNP
+from app.policy.kcnp import compile_kcnp
 from app.policy.knp import KIND as KNP
 from app.policy.knp import compile_knp
 from app.policy.rules import DIRECTIONS, CompiledPolicy, Rule
@@ -85,6 +87,10 @@ class PolicyIndex:
                     out.append(rule)
         return out
 
+    def has_kind(self, kind: str) -> bool:
+        """Whether the snapshot holds a policy of `kind` (valid or not)."""
+        return any(p.kind == kind for p in self.policies)
+
     def problems(self) -> list[tuple[str, str]]:
         return sorted((p.ref, problem) for p in self.policies for problem in p.problems)
 
@@ -96,9 +102,11 @@ def compile_policy(policy: PolicyObject) -> CompiledPolicy:
             return compile_cilium(policy)
         if policy.kind == KNP:
             return compile_knp(policy)
+        if policy.kind == KCNP:
+            return compile_kcnp(policy)
     except Exception as e:  # NB: a shape the compilers missed must not take the webhook down
         why = f"unsupported: the policy could not be read ({type(e).__name__}: {e})"
-        namespace = None if policy.kind == CCNP else policy.namespace
+        namespace = None if policy.kind in (CCNP, KCNP) else policy.namespace
         rule = Rule(policy.ref, policy.kind, "spec", None, namespace, directions=frozenset(DIRECTIONS), uncertain=why)
         return CompiledPolicy(policy.ref, policy.kind, (rule,), (why,))
     return CompiledPolicy(policy.ref, policy.kind, (), (f"unsupported: kind {policy.kind} is not evaluated",))

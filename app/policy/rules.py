@@ -18,6 +18,9 @@ from app.policy.selectors import Match, PeerSelector, Selector
 
 Direction = Literal["ingress", "egress"]
 DIRECTIONS: tuple[Direction, Direction] = ("ingress", "egress")
+# Policy tiers in the order Cilium evaluates them (pkg/policy/types Tier: Admin 100 < Normal 200 <
+# Baseline 250): ClusterNetworkPolicy's Admin tier, then CNP/CCNP/NetworkPolicy, then its Baseline tier.
+Tier = Literal["Admin", "Normal", "Baseline"]
 
 # Entities and whether they match a regular (non-hostNetwork) pod (cilium-semantics.md §4.5;
 # pkg/policy/api/entity.go). `cluster` holds every pod of the local cluster; `cluster-mesh` is new
@@ -63,6 +66,7 @@ class Peers:
     never: str = ""  # a field that never selects a pod (CIDR, nodes, FQDN), for messages
     maybe: str = ""  # a field whose pod match cannot be evaluated (toServices)
     nodes: tuple[Selector, ...] = ()  # fromNodes/toNodes selectors (they match remote nodes only)
+    nodes_with_host: bool = False  # the node selectors also hold the local host (ClusterNetworkPolicy `nodes`)
 
     def match(self, identity: Mapping[str, str], namespace: str, *,
               version: Version | None = None) -> tuple[Match, str]:
@@ -117,7 +121,7 @@ class Peers:
         # fromNodes/toNodes select remote nodes by their labels; current Cilium ANDs reserved:remote-node,
         # so the local host is never one of them (§4.7).
         usable = [s for s in self.nodes if not s.broken]
-        if node == "remote-node" and usable:
+        if (node == "remote-node" or self.nodes_with_host) and usable:
             if any(not s.requirements for s in usable):
                 return "yes", "node selector {} (every remote node)"
             found = ("maybe", f"node selector {usable[0]}: the nodes the pods run on are not known")
@@ -145,6 +149,13 @@ class Entry:
     peers: Peers
     ports: tuple[PortSpec, ...] | None  # None: every port of every protocol; (): none (ICMP only)
     conditions: tuple[str, ...] = ()  # L7 / authentication / listener: the allow is conditional
+    # ClusterNetworkPolicy only: its tier, the entry's precedence inside it (spec.priority + rule
+    # index / 100, lower first, as pkg/k8s ParseClusterNetworkPolicy computes it) and a Pass action
+    # (skip the rest of the tier). CNP/CCNP/KNP entries are all Normal, priority 0.
+    tier: Tier = "Normal"
+    priority: float = 0.0
+    passes: bool = False
+    label: str = ""  # how reasons name it: `tier Admin, priority 10, rule "deny-b"`
 
     def describe_ports(self) -> str:
         if self.ports is None:

@@ -65,11 +65,13 @@ def _pod(side: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _verdict_table_cases() -> list[dict[str, Any]]:
-    from tests.unit.policy import test_policy_verdicts as tables
+    from tests.unit.policy import test_policy_kcnp, test_policy_verdicts
 
     out = []
-    for table in ("ENFORCEMENT", "SELECTORS", "SCOPING", "ENTITIES", "PORTS", "DENIES", "KNPS", "UNKNOWNS"):
-        for param in getattr(tables, table):
+    tables = [(test_policy_verdicts, t) for t in
+              ("ENFORCEMENT", "SELECTORS", "SCOPING", "ENTITIES", "PORTS", "DENIES", "KNPS", "UNKNOWNS")]
+    for module, table in [*tables, (test_policy_kcnp, "KCNPS")]:
+        for param in getattr(module, table):
             case = param.values[0]
             if case.src.host_network or case.dst.host_network:
                 continue  # the oracle models Cilium endpoints; host traffic has its own tests
