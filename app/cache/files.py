@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from app.cache import projections
-from app.models.cluster import Snapshot
+from app.config import CILIUM_AGENT_DAEMONSET, DEFAULT_CILIUM_CONFIG
+from app.models.cluster import ConfigMapInfo, Snapshot
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -65,13 +66,27 @@ def _files(path: Path) -> list[Path]:
     raise SnapshotError(f"{path}: no such file or directory")
 
 
-def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> Snapshot:
-    """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored."""
+def build_snapshot(
+    objects: list[Mapping[str, Any]], *, revision: str = "0", cilium_config: str = DEFAULT_CILIUM_CONFIG
+) -> Snapshot:
+    """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored.
+
+    `cilium_config` (settings `ciliumConfig`, `namespace/name`; "" = not read) names the ConfigMap kept as
+    the agent's settings; the DaemonSet `cilium` in its namespace gives the agent image.
+    """
     nodes, pods, policies, jobs = [], [], [], []
     namespaces, groups, runtimes = {}, {}, {}
+    config_map: ConfigMapInfo | None = None
+    image = ""
+    where = cilium_config.split("/", 1) if cilium_config else None
     for obj in objects:
         kind = obj.get("kind")
-        if kind == "Node":
+        if where is not None and kind in ("ConfigMap", "DaemonSet") and _named(obj, where[0]):
+            if kind == "ConfigMap" and _named(obj, where[0], where[1]):
+                config_map = projections.project_config_map(obj)
+            elif kind == "DaemonSet" and _named(obj, where[0], CILIUM_AGENT_DAEMONSET):
+                image = projections.project_agent_image(obj)
+        elif kind == "Node":
             nodes.append(projections.project_node(obj))
         elif kind == "Namespace":
             ns = projections.project_namespace(obj)
@@ -97,11 +112,24 @@ def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> 
         revision=revision,
         training_runtimes=MappingProxyType(runtimes),
         jobs=tuple(jobs),
+        cilium_config=config_map.data if config_map else None,
+        cilium_config_labels=config_map.labels if config_map else MappingProxyType({}),
+        cilium_image=image,
     )
 
 
-def load_snapshot(path: str | Path) -> Snapshot:
-    """Read a snapshot from a file or directory. Raises SnapshotError naming file and document."""
+def _named(obj: Mapping[str, Any], namespace: str, name: str | None = None) -> bool:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or meta.get("namespace") != namespace:
+        return False
+    return name is None or meta.get("name") == name
+
+
+def load_snapshot(path: str | Path, *, cilium_config: str = DEFAULT_CILIUM_CONFIG) -> Snapshot:
+    """Read a snapshot from a file or directory. Raises SnapshotError naming file and document.
+
+    `cilium_config`: which ConfigMap holds the Cilium agent's settings (see `build_snapshot`).
+    """
     objects: list[Mapping[str, Any]] = []
     digest = hashlib.sha256()
     for file in _files(Path(path)):
@@ -110,4 +138,4 @@ def load_snapshot(path: str | Path) -> Snapshot:
                 raise SnapshotError(f"{where}: object has no kind")
             objects.append(obj)
         digest.update(file.read_bytes())
-    return build_snapshot(objects, revision=digest.hexdigest()[:16])
+    return build_snapshot(objects, revision=digest.hexdigest()[:16], cilium_config=cilium_config)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from app import policy
 from app.config import Settings
@@ -32,6 +32,7 @@ from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
+from app.models.network import PolicyEnforcement
 
 
 @dataclass
@@ -83,13 +84,14 @@ def start_run(
     `reserved` defaults to the snapshot's stored reservations without the group's own.
     """
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     checker = FlowChecker(
         group=group,
         snapshot=snapshot,
-        enforcement=settings.policy_enforcement,
+        enforcement=cast(PolicyEnforcement, agent.policy_enforcement),
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
-        agent=policy.snapshot_agent(snapshot, settings.cilium_version),
+        agent=agent,
     )
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
@@ -308,6 +310,9 @@ def warnings_for(run: Run) -> tuple[str, ...]:
     out += [run.checker.truncated[key] for key in sorted(run.checker.truncated)]
     if run.snapshot.missing_kinds:
         out.append(f"the cluster snapshot has no {', '.join(sorted(run.snapshot.missing_kinds))}")
+    if run.checker.agent is not None and run.checker.agent.audit_mode:
+        out.append("the Cilium agent runs in policy audit mode (cilium-config policy-audit-mode=true): flows its "
+                   "policies would deny are only logged, so they count as allowed here")
     return tuple(out)
 
 

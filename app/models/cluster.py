@@ -62,6 +62,17 @@ class NodeInfo:
     allocatable: Mapping[str, int]  # extended resources only, whole units (e.g. nvidia.com/gpu: 8)
     ready: bool
     unschedulable: bool
+    pod_cidrs: tuple[str, ...] = ()  # spec.podCIDRs (else spec.podCIDR): the pod IP ranges of the node
+
+
+@dataclass(frozen=True)
+class ConfigMapInfo:
+    """A ConfigMap the snapshot keeps (the Cilium agent's cilium-config): its data and labels."""
+
+    namespace: str
+    name: str
+    data: Mapping[str, str]
+    labels: Mapping[str, str]
 
 
 @dataclass(frozen=True)

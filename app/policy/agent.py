@@ -137,6 +137,15 @@ def version_filters(agent: CiliumAgent) -> tuple[identity.LabelFilter, identity.
 
 def describe_sources(agent: CiliumAgent) -> list[str]:
     """`ciliumVersion=1.20.2 (daemonset)` lines for explain / reach."""
+    return [f"{key}={item['value']} ({item['source']})" for key, item in sources_json(agent).items()]
+
+
+def sources_json(agent: CiliumAgent) -> dict[str, dict[str, str]]:
+    """Each setting the verdicts use: `{"ciliumVersion": {"value": "1.20.2", "source": "daemonset"}, ...}`.
+
+    Sources: `config` (topoguard's settings), `cilium-config` (the agent's ConfigMap), `daemonset` (the
+    agent image), `ciliumVersion` (decided by the version), `default` (the agent's default), `unknown`.
+    """
     shown = {
         "ciliumVersion": ".".join(map(str, agent.version)) if agent.version else "unknown",
         "policyEnforcement": agent.policy_enforcement,
@@ -148,7 +157,7 @@ def describe_sources(agent: CiliumAgent) -> list[str]:
         **{f"enforces[{kind}]": {True: "true", False: "false", None: "unknown"}[kind_enforced(agent, kind)]
            for kind in KIND_FLAGS},
     }
-    return [f"{key}={value} ({agent.sources.get(key, 'default')})" for key, value in shown.items()]
+    return {key: {"value": value, "source": agent.sources.get(key, "default")} for key, value in shown.items()}
 
 
 def _version(snapshot: Snapshot, explicit: str, sources: dict[str, str]) -> Version | None:

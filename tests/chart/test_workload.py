@@ -148,6 +148,7 @@ def test_rbac_is_read_only(render: Render, events: bool) -> None:
         ("cilium.io", "ciliumnetworkpolicies"): READ_VERBS,
         ("cilium.io", "ciliumclusterwidenetworkpolicies"): READ_VERBS,
         ("cilium.io", "ciliumcidrgroups"): READ_VERBS,
+        ("policy.networking.k8s.io", "clusternetworkpolicies"): READ_VERBS,
         ("trainer.kubeflow.org", "trainingruntimes"): READ_VERBS,
         ("trainer.kubeflow.org", "clustertrainingruntimes"): READ_VERBS,
         **{("kubeflow.org", r): READ_VERBS
@@ -158,11 +159,24 @@ def test_rbac_is_read_only(render: Render, events: bool) -> None:
     if events:
         want |= {("", "events"): {"create"}, ("events.k8s.io", "events"): {"create"}}
     assert granted == want
-    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    # The Cilium agent's ConfigMap and DaemonSet: a Role in their namespace, on those two objects only.
+    agent_role = one(objects, "Role")
+    assert agent_role["metadata"]["namespace"] == "kube-system"
+    verbs = sorted(READ_VERBS)
+    assert agent_role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cilium-config"], "verbs": verbs},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["cilium"], "verbs": verbs},
+    ]
+    assert one(objects, "RoleBinding")["roleRef"]["name"] == agent_role["metadata"]["name"]
     binding = one(objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod_spec(objects)["serviceAccountName"],
                                     "namespace": "topoguard-system"}]
+
+
+def test_no_cilium_config_means_no_agent_role(render: Render) -> None:
+    objects = render(values={"config": {"ciliumConfig": ""}})
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
 
 
 def test_service_targets_the_webhook_port(default_objects: list[dict[str, Any]]) -> None:
@@ -176,7 +190,8 @@ def test_names_stay_within_63_characters(render: Render) -> None:
     objects = render(sets=["fullnameOverride=" + "x" * 63])
     for obj in objects:
         name = obj["metadata"]["name"]
-        limit = 253 if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+        limit = 253 if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                       "MutatingWebhookConfiguration",
                                        "ValidatingWebhookConfiguration", "ConfigMap", "Secret") else 63
         assert len(name) <= limit, f"{obj['kind']} {name}"
     with pytest.raises(HelmError, match="fullnameOverride"):

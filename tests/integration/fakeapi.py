@@ -33,6 +33,7 @@ import base64
 import contextlib
 import copy
 import json
+import re
 import socket
 import threading
 import time
@@ -131,6 +132,11 @@ def _collections() -> list[Collection]:
         ),
         Collection("cilium.io/v2", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
         Collection("cilium.io/v2alpha1", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
+        Collection("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy", "clusternetworkpolicies",
+                   namespaced=False, builtin=False),
+        # The Cilium agent's settings and version (read in one namespace, by name).
+        Collection("v1", "ConfigMap", "configmaps", namespaced=True, builtin=True),
+        Collection("apps/v1", "DaemonSet", "daemonsets", namespaced=True, builtin=True),
         Collection(
             "trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", namespaced=True, builtin=False
         ),
@@ -497,6 +503,17 @@ class FakeApiServer:
                 yield rv, {"type": "DELETED", "object": self._visible(coll, gone, listed=False)}
 
 
+_NAMESPACED = re.compile(r"^(/apis?/.+)/namespaces/([^/]+)/([^/]+)$")
+
+
+def _namespaced(path: str) -> tuple[str, str]:
+    """`/api/v1/namespaces/kube-system/configmaps` → (`/api/v1/configmaps`, `kube-system`); else (path, "")."""
+    found = _NAMESPACED.match(path)
+    if not found:
+        return path, ""
+    return f"{found.group(1)}/{found.group(3)}", found.group(2)
+
+
 def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition") -> None:
     """Poll `predicate()` until it is true; tests use this instead of sleeping."""
     deadline = time.monotonic() + timeout
@@ -585,7 +602,11 @@ class _Handler(BaseHTTPRequestHandler):
         injected = fake._failure_for(url.path, request.watch)
         if injected is not None:
             return self._json(injected, status(injected, f"injected failure {injected}"))
-        coll = fake._find(url.path)
+        path, namespace = _namespaced(url.path)
+        if namespace:  # a namespaced collection: the cluster-wide one, filtered to that namespace
+            scoped = ",".join(filter(None, (query.get("fieldSelector"), f"metadata.namespace={namespace}")))
+            query = {**query, "fieldSelector": scoped}
+        coll = fake._find(path)
         if coll is None:
             return self._json(404, status(404, "the server could not find the requested resource"))
         if not request.watch:

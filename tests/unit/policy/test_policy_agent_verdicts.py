@@ -1,0 +1,89 @@
+"""Verdicts under the agent's cilium-config settings: audit mode, non-default-deny policies, policy kinds off,
+policy-enforcement, and the ConfigMap / DaemonSet read from a snapshot file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.cache.files import load_snapshot
+from app.models.cilium import CiliumAgent
+from app.models.network import PortRange
+from app.policy import check_flow, snapshot_agent
+from tests.unit.policy.builders import cnp, knp, rule, sel, snapshot
+from tests.unit.policy.test_policy_verdicts import COORD, WORKER
+
+RDZV = PortRange.single(23456)
+DENY_WORKERS = cnp("no", spec=rule(sel(role="coord"), ingressDeny=[{"fromEndpoints": [sel(role="worker")]}]))
+RELAXED_DENY_OTHERS = cnp("relaxed", spec=rule(sel(role="coord"), ingressDeny=[{"fromEndpoints": [sel(role="x")]}],
+                                               enableDefaultDeny={"ingress": False}))
+ISOLATE = knp("iso", podSelector=sel(role="coord"), policyTypes=["Ingress"])
+V120 = (1, 20, 2)
+
+
+@pytest.mark.parametrize(
+    "policies, agent, want",
+    [
+        pytest.param([DENY_WORKERS], CiliumAgent(version=V120), "deny", id="a deny without audit mode: deny"),
+        pytest.param([DENY_WORKERS], CiliumAgent(version=V120, audit_mode=True), "allow",
+                     id="policy-audit-mode: the drop is only logged, allow"),
+        pytest.param([RELAXED_DENY_OTHERS], CiliumAgent(version=V120), "allow",
+                     id="enableDefaultDeny false honoured: allow"),
+        pytest.param([RELAXED_DENY_OTHERS], CiliumAgent(version=V120, non_default_deny=False), "deny",
+                     id="enable-non-default-deny-policies false: the rule enforces ingress, deny"),
+        pytest.param([RELAXED_DENY_OTHERS], CiliumAgent(version=(1, 15, 6)), "deny",
+                     id="Cilium 1.15 has no enableDefaultDeny: the rule enforces ingress, deny"),
+        pytest.param([ISOLATE], CiliumAgent(version=V120), "deny", id="a NetworkPolicy isolating the coordinator"),
+        pytest.param([ISOLATE], CiliumAgent(version=V120, kinds_off=("NetworkPolicy",)), "allow",
+                     id="enable-k8s-networkpolicy false: NetworkPolicies are not enforced, allow"),
+    ],
+)
+def test_agent_settings_change_verdicts(policies: list[dict[str, Any]], agent: CiliumAgent, want: str) -> None:
+    verdict = check_flow(snapshot(*policies), WORKER, COORD, RDZV, "TCP", agent=agent)
+    assert verdict.verdict == want, verdict.reasons
+
+
+def test_audit_mode_says_what_would_be_denied() -> None:
+    verdict = check_flow(snapshot(DENY_WORKERS), WORKER, COORD, RDZV, "TCP",
+                         agent=CiliumAgent(version=V120, audit_mode=True))
+    (audit,) = [r for r in verdict.ingress.reasons if r.message.startswith("policy audit mode")]
+    assert audit.effect == "allow"
+    assert "would be denied (CiliumNetworkPolicy ml-demo/no ingressDeny[0])" in audit.message
+
+
+def write(tmp_path: Path, *objects: dict[str, Any]) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    return path
+
+
+CILIUM_CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cilium-config",
+                                                                      "namespace": "kube-system"},
+                 "data": {"enable-policy": "always", "cluster-name": "west"}}
+AGENT = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "namespace": "kube-system"},
+         "spec": {"template": {"spec": {"initContainers": [{"name": "config", "image": "quay.io/cilium/cilium:v1.15.6"}],
+                                        "containers": [{"name": "cilium-agent",
+                                                        "image": "quay.io/cilium/cilium:v1.20.2"}]}}}}
+
+
+def test_snapshot_file_carries_cilium_config_and_agent_image(tmp_path: Path) -> None:
+    path = write(tmp_path, CILIUM_CONFIG, AGENT,
+                 {**CILIUM_CONFIG, "metadata": {"name": "other", "namespace": "kube-system"}, "data": {"x": "y"}})
+    snap = load_snapshot(path)
+    agent = snapshot_agent(snap)
+    assert (agent.version, agent.policy_enforcement, agent.cluster_name) == (V120, "always", "west")
+    assert snapshot_agent(snap, policy_enforcement="default").policy_enforcement == "default"
+
+
+def test_snapshot_file_with_cilium_config_off_reads_neither(tmp_path: Path) -> None:
+    snap = load_snapshot(write(tmp_path, CILIUM_CONFIG, AGENT), cilium_config="")
+    assert (snap.cilium_config, snap.cilium_image) == (None, "")
+
+
+def test_snapshot_file_reads_the_configured_config_map(tmp_path: Path) -> None:
+    moved = {**CILIUM_CONFIG, "metadata": {"name": "agent", "namespace": "cilium"}}
+    snap = load_snapshot(write(tmp_path, CILIUM_CONFIG, moved), cilium_config="cilium/agent")
+    assert dict(snap.cilium_config or {}) == CILIUM_CONFIG["data"]
