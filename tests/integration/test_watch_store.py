@@ -125,9 +125,8 @@ def test_initial_sync_keeps_projections_of_every_kind(api: FakeApiServer, tmp_pa
 
 def test_cilium_config_and_agent_image_reach_the_snapshot(api: FakeApiServer, tmp_path: Path) -> None:
     def config_map(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace,
-                                                                      "labels": {"app.kubernetes.io/part-of": "cilium"}},
-                "data": data}
+        meta = {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "cilium"}}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
     def daemon_set(namespace: str, name: str, image: str) -> dict[str, Any]:
         containers = [{"name": "cilium-agent", "image": image}]

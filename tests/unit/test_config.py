@@ -89,7 +89,7 @@ def test_policy_enforcement_is_explicit_only_when_given(tmp_path: Path, text: st
 def test_cilium_config_must_be_namespace_slash_name(tmp_path: Path, value: str) -> None:
     cfg = tmp_path / "config.yaml"
     cfg.write_text(f"ciliumConfig: {value}\n")
-    with pytest.raises(ConfigError, match="ciliumConfig|cilium_config"):
+    with pytest.raises(ConfigError, match=r"ciliumConfig|cilium_config"):
         load_settings(cfg, environ={})
 
 

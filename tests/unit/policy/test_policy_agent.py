@@ -81,7 +81,7 @@ KCNP = "ClusterNetworkPolicy"
 @pytest.mark.parametrize(
     "snapshot, kwargs, off, unknown",
     [
-        pytest.param(snap(), {}, (), (KCNP,), id="no cilium-config: whether ClusterNetworkPolicy is enforced is unknown"),
+        pytest.param(snap(), {}, (), (KCNP,), id="no cilium-config: ClusterNetworkPolicy enforcement unknown"),
         pytest.param(snap(image="x:v1.20.2"), {}, (), (KCNP,), id="1.20 without its cilium-config: still unknown"),
         pytest.param(snap(image="x:v1.15.6"), {}, (KCNP,), (), id="before 1.20 there is no ClusterNetworkPolicy"),
         pytest.param(snap({}, image="x:v1.20.2"), {}, (KCNP,), (), id="1.20, flag absent: off (its default)"),

@@ -63,8 +63,9 @@ def write(tmp_path: Path, *objects: dict[str, Any]) -> Path:
 CILIUM_CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cilium-config",
                                                                       "namespace": "kube-system"},
                  "data": {"enable-policy": "always", "cluster-name": "west"}}
+INIT = [{"name": "config", "image": "quay.io/cilium/cilium:v1.15.6"}]
 AGENT = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "namespace": "kube-system"},
-         "spec": {"template": {"spec": {"initContainers": [{"name": "config", "image": "quay.io/cilium/cilium:v1.15.6"}],
+         "spec": {"template": {"spec": {"initContainers": INIT,
                                         "containers": [{"name": "cilium-agent",
                                                         "image": "quay.io/cilium/cilium:v1.20.2"}]}}}}
 
