@@ -48,6 +48,17 @@ class Run:
     reserved: ledger.Reserved = field(default_factory=ledger.Reserved)  # GPUs admitted jobs will take
     suspended: bool = False  # held by a queue manager: placed by network and total allocatable only
 
+    def ranges(self, zone: str) -> tuple[str, ...]:
+        """The pod CIDRs of the zone's nodes when the agent matches CIDR peers against pods
+        (policy-cidr-match-mode pods), else (); () too when some node of the zone has none (then unknown)."""
+        agent = self.checker.agent
+        if agent is None or "pods" not in agent.cidr_match_mode:
+            return ()
+        nodes = [n for n in self.snapshot.nodes if n.labels.get(self.settings.zone_label) == zone]
+        if not nodes or any(not n.pod_cidrs for n in nodes):
+            return ()
+        return tuple(dict.fromkeys(c for n in nodes for c in n.pod_cidrs))
+
     def overrides(self, zone: str) -> dict[str, str]:
         """Labels every pod carries in `zone`: the identity label, unless judging the job as written."""
         if self.settings.zone_identity_label and not self.strict:
@@ -201,7 +212,7 @@ def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> li
     if not stale:
         return []
     fixed = {**overrides, **{k: zone for _, k, _ in stale}}
-    _, worst = run.checker.check(fixed)
+    _, worst = run.checker.check(fixed, run.ranges(zone))
     if worst != "allow":
         return []
     configured = run.settings.zone_identity_label
@@ -219,7 +230,7 @@ def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> li
 def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     """One zone's row of the map: placement problems, capacity, every flow's verdict, eligibility."""
     overrides = run.overrides(fit.zone)
-    checks, network = run.checker.check(overrides)
+    checks, network = run.checker.check(overrides, run.ranges(fit.zone))
     problems = list(fit.problems)
     cap = fit_capacity(run, fit) if not problems else CapacityFit("", 0, "")
     if not problems and not _takes(run, cap):

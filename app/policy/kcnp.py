@@ -29,12 +29,12 @@ field meanings):
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
 from app.models.cluster import PolicyObject
 from app.models.labels import CILIUM_NAMESPACE_LABEL, CILIUM_NAMESPACE_LABELS_PREFIX
+from app.policy import cidrs
 from app.policy.ports import MAX_PORT, PortSpec, parse_port_name
 from app.policy.rules import DIRECTIONS, CompiledPolicy, Direction, Entry, Peers, Rule, Tier
 from app.policy.selectors import InvalidPolicy, PeerSelector, Requirement, Selector, parse_selector
@@ -213,12 +213,13 @@ def _peer(kind: str, value: Any, at: str, warnings: list[str]) -> Peers:
                         "and never matches a pod")
         return Peers(never=NEVER_A_POD["nodes"], nodes=(nodes,), nodes_with_host=True)
     if kind == "networks":
+        rules = []
         for i, cidr in enumerate(_list(value, f"{at}.networks")):
             try:
-                ipaddress.ip_network(str(cidr), strict=False)
+                rules.append(cidrs.parse_rule(str(cidr)))
             except ValueError as e:
                 raise InvalidPolicy(f"{at}.networks[{i}]: {cidr!r} is not a CIDR") from e
-        return Peers(never=NEVER_A_POD["networks"])
+        return Peers(never=NEVER_A_POD["networks"], cidrs=tuple(rules))
     if kind == "domainNames":
         return Peers(never=NEVER_A_POD["domainNames"])
     return Peers(never="a peer of a kind this version does not know")  # unsupported already recorded

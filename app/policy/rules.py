@@ -8,11 +8,13 @@ Must not: parse raw objects (see cilium.py / knp.py) or decide verdicts (see ver
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from app.models.cilium import Version
+from app.policy import cidrs
+from app.policy.cidrs import CidrRule
 from app.policy.ports import PortSpec
 from app.policy.selectors import Match, PeerSelector, Selector
 
@@ -67,11 +69,15 @@ class Peers:
     maybe: str = ""  # a field whose pod match cannot be evaluated (toServices)
     nodes: tuple[Selector, ...] = ()  # fromNodes/toNodes selectors (they match remote nodes only)
     nodes_with_host: bool = False  # the node selectors also hold the local host (ClusterNetworkPolicy `nodes`)
+    # CIDR peers (toCIDR/CIDRSet, ipBlock, networks): they match a pod only under policy-cidr-match-mode pods.
+    cidrs: tuple[CidrRule, ...] = ()
+    cidr_unresolved: str = ""  # a CIDR peer whose ranges are not known here (cidrGroupRef, toGroups)
 
     def match(self, identity: Mapping[str, str], namespace: str, *,
-              version: Version | None = None) -> tuple[Match, str]:
+              version: Version | None = None, ranges: Sequence[str] | None = None) -> tuple[Match, str]:
         """Whether a pod with `identity` in `namespace` is a peer, and which part decided it.
-        `version` (the agent's, None when unknown) settles what differs between releases."""
+        `version` (the agent's, None when unknown) settles what differs between releases; `ranges` are
+        where the pod's address lies when the agent matches CIDR peers against pods (None: it does not)."""
         if self.wildcard:
             return "yes", "any peer (no L3 selector)"
         found: tuple[Match, str] = ("no", self.never or "no peer selector matches")
@@ -92,9 +98,30 @@ class Peers:
                 return "yes", f"entity {entity}"
             if got == "maybe":
                 found = ("maybe", f"entity {entity}: membership is not defined precisely enough to evaluate")
+        if ranges is not None and (self.cidrs or self.cidr_unresolved):
+            got, why = self._match_cidrs(ranges)
+            if got == "yes":
+                return got, why
+            if got == "maybe":
+                found = (got, why)
         if self.maybe:
             found = ("maybe", self.maybe)
         return found
+
+    def _match_cidrs(self, ranges: Sequence[str]) -> tuple[Match, str]:
+        """policy-cidr-match-mode pods: the CIDR peers against where the pod's address lies."""
+        shown = ", ".join(str(c) for c in self.cidrs)
+        where = ", ".join(ranges) if ranges else "not known (no pod CIDRs on the zone's nodes)"
+        got = cidrs.match_ranges(ranges, self.cidrs) if self.cidrs else "no"
+        if got == "yes":
+            return "yes", (f"CIDR peer {shown} holds every address the pod can get ({where}; "
+                           "policy-cidr-match-mode pods)")
+        if self.cidr_unresolved:
+            return "maybe", f"{self.cidr_unresolved}: under policy-cidr-match-mode pods it may hold the pod"
+        if got == "maybe":
+            return "maybe", (f"CIDR peer {shown} holds only part of (or cannot be compared with) the addresses the pod "
+                             f"can get: {where} (policy-cidr-match-mode pods)")
+        return "no", f"CIDR peer {shown} holds none of the pod's addresses ({where})"
 
     def match_node(self, node: str, *, pod_selectors: bool = True) -> tuple[Match, str]:
         """Whether a hostNetwork pod's traffic, carrying the `node` identity (host | remote-node),

@@ -68,6 +68,13 @@ class _Side:
     port_names: Mapping[str, frozenset[int]]
     peer_node: str = ""  # host | remote-node: the peer is a hostNetwork pod seen as that identity
     version: Version | None = None  # the agent's; None when not known
+    cidr_pods: bool = False  # policy-cidr-match-mode pods: CIDR peers are matched against pod addresses
+
+    def peer_ranges(self) -> tuple[str, ...] | None:
+        """Where the peer's address lies, for CIDR peers; None when the agent never matches them to pods."""
+        if not self.cidr_pods:
+            return None
+        return self.peer.ips or self.peer.ranges
 
     @property
     def title(self) -> str:
@@ -162,7 +169,7 @@ def evaluate_flow(
     relax = agent.non_default_deny and agent.at_least(*NON_DEFAULT_DENY_SINCE) is not False
 
     def judged(kinds: frozenset[str]) -> Verdict:
-        skip = _View(kinds, relax)
+        skip = _View(kinds, relax, "pods" in agent.cidr_match_mode)
         label_filter = agents.identity_filter(agent)
         if label_filter is None:
             older, newer = agents.version_filters(agent)
@@ -216,9 +223,9 @@ def _evaluate(
     dst_identity = identity_labels(dst, label_filter, cluster_name=cluster_name)
     sides = (
         _Side("egress", src, dst, _rules(index, src_identity, src.namespace, skip), enforcement, index.port_names,
-              version=version),
+              version=version, cidr_pods=skip.cidr_pods),
         _Side("ingress", dst, src, _rules(index, dst_identity, dst.namespace, skip), enforcement, index.port_names,
-              version=version),
+              version=version, cidr_pods=skip.cidr_pods),
     )
     peer_identities = (dst_identity, src_identity)
     egress, ingress = (
@@ -245,6 +252,7 @@ class _View:
 
     skip: frozenset[str] = frozenset()
     relax: bool = True
+    cidr_pods: bool = False
 
 
 def _rules(index: PolicyIndex, identity: Mapping[str, str], namespace: str, view: _View) -> tuple[Rule, ...]:
@@ -328,6 +336,7 @@ def flow_key(index: PolicyIndex, endpoint: Endpoint) -> EndpointKey:
         endpoint.ips,
         endpoint.name,
         labels,
+        endpoint.ranges,
     )
 
 
@@ -434,7 +443,8 @@ def _collect(
             if side.peer_node:
                 match, why = entry.peers.match_node(side.peer_node, pod_selectors=rule.kind != KNP)
             else:
-                match, why = entry.peers.match(peer_identity, side.peer.namespace, version=side.version)
+                match, why = entry.peers.match(peer_identity, side.peer.namespace, version=side.version,
+                                               ranges=side.peer_ranges())
             if match == "no":
                 continue
             why += _named_port_note(side, entry)

@@ -88,3 +88,45 @@ def test_snapshot_file_reads_the_configured_config_map(tmp_path: Path) -> None:
     moved = {**CILIUM_CONFIG, "metadata": {"name": "agent", "namespace": "cilium"}}
     snap = load_snapshot(write(tmp_path, CILIUM_CONFIG, moved), cilium_config="cilium/agent")
     assert dict(snap.cilium_config or {}) == CILIUM_CONFIG["data"]
+
+
+PODS_MODE = CiliumAgent(version=V120, cidr_match_mode=("pods",))
+ZONE_A = ("10.1.0.0/24", "10.1.1.0/24")  # the pod CIDRs of zone a's nodes
+ALL_IN_NS = [{"fromEndpoints": [{}]}]
+DENY_ZONE_A = cnp("no-a", spec=rule(sel(role="coord"), ingress=ALL_IN_NS, ingressDeny=[{"fromCIDR": ["10.1.0.0/16"]}]))
+DENY_PART = cnp("no-part", spec=rule(sel(role="coord"), ingress=ALL_IN_NS, ingressDeny=[{"fromCIDRSet": [
+    {"cidr": "10.1.0.0/16", "except": ["10.1.1.0/24"]}]}]))
+ALLOW_ZONE_A_KNP = knp("from-a", podSelector=sel(role="coord"),
+                       ingress=[{"from": [{"ipBlock": {"cidr": "10.1.0.0/16"}}]}])
+
+
+def worker_in(*ranges: str) -> Any:
+    from dataclasses import replace
+    return replace(WORKER, ranges=tuple(ranges))
+
+
+@pytest.mark.parametrize(
+    "policies, agent, src, want",
+    [
+        pytest.param([DENY_ZONE_A], CiliumAgent(version=V120), worker_in(*ZONE_A), "allow",
+                     id="default mode: a CIDR peer never matches a pod, allow"),
+        pytest.param([DENY_ZONE_A], PODS_MODE, worker_in(*ZONE_A), "deny",
+                     id="pods mode: every pod CIDR of the zone inside the denied CIDR, deny"),
+        pytest.param([DENY_ZONE_A], PODS_MODE, worker_in("10.2.0.0/24"), "allow",
+                     id="pods mode: the zone's pod CIDRs outside it, allow"),
+        pytest.param([DENY_ZONE_A], PODS_MODE, worker_in("10.1.0.0/24", "10.2.0.0/24"), "unknown",
+                     id="pods mode: partly covered, unknown"),
+        pytest.param([DENY_PART], PODS_MODE, worker_in(*ZONE_A), "unknown",
+                     id="pods mode: an except prefix takes part of the zone, unknown"),
+        pytest.param([DENY_ZONE_A], PODS_MODE, worker_in(), "unknown",
+                     id="pods mode: nodes without podCIDRs, unknown"),
+        pytest.param([ALLOW_ZONE_A_KNP], PODS_MODE, worker_in(*ZONE_A), "allow",
+                     id="pods mode: a NetworkPolicy ipBlock allows the zone's pods"),
+        pytest.param([ALLOW_ZONE_A_KNP], CiliumAgent(version=V120), worker_in(*ZONE_A), "deny",
+                     id="default mode: the ipBlock allows no pod, the NetworkPolicy isolates, deny"),
+    ],
+)
+def test_policy_cidr_match_mode_pods(policies: list[dict[str, Any]], agent: CiliumAgent, src: Any,
+                                     want: str) -> None:
+    verdict = check_flow(snapshot(*policies), src, COORD, RDZV, "TCP", agent=agent)
+    assert verdict.verdict == want, verdict.reasons
