@@ -72,6 +72,7 @@ class PolicyIndex:
     # Every identity key a compiled selector (subject, peer or node) can read, plus the raw keys:
     # labels outside this set never change a verdict (see `verdicts.check_flow`'s memo).
     keys_read: frozenset[str] = frozenset()
+    kinds: frozenset[str] = frozenset()  # the policy kinds the snapshot holds
 
     def rules_for(self, identity: Mapping[str, str], namespace: str) -> list[Rule]:
         """Every rule (certain or not) whose subject selects a pod with `identity` in `namespace`."""
@@ -89,7 +90,7 @@ class PolicyIndex:
 
     def has_kind(self, kind: str) -> bool:
         """Whether the snapshot holds a policy of `kind` (valid or not)."""
-        return any(p.kind == kind for p in self.policies)
+        return kind in self.kinds
 
     def problems(self) -> list[tuple[str, str]]:
         return sorted((p.ref, problem) for p in self.policies for problem in p.problems)
@@ -161,6 +162,7 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
         {name: frozenset(numbers) for name, numbers in port_names.items()},
         _host_rules(snapshot),
         _keys_read(compiled) | frozenset(_strip_source(k) for k in keys),
+        frozenset(p.kind for p in snapshot.policies),
     )
 
 

@@ -123,10 +123,12 @@ class Peers:
                              f"can get: {where} (policy-cidr-match-mode pods)")
         return "no", f"CIDR peer {shown} holds none of the pod's addresses ({where})"
 
-    def match_node(self, node: str, *, pod_selectors: bool = True) -> tuple[Match, str]:
+    def match_node(self, node: str, *, pod_selectors: bool = True, cidr_nodes: bool = False) -> tuple[Match, str]:
         """Whether a hostNetwork pod's traffic, carrying the `node` identity (host | remote-node),
         is a peer. `pod_selectors=False` for a NetworkPolicy: its podSelector / namespaceSelector
-        peers select pods, never node traffic (§8); its missing `from`/`to` is the true wildcard."""
+        peers select pods, never node traffic (§8); its missing `from`/`to` is the true wildcard.
+        `cidr_nodes`: policy-cidr-match-mode nodes, where CIDR peers match node addresses, which the
+        snapshot does not hold."""
         if self.wildcard:
             return "yes", "any peer (no L3 selector)"
         found: tuple[Match, str] = ("no", f"no peer of this entry selects entity {node}")
@@ -152,6 +154,9 @@ class Peers:
             if any(not s.requirements for s in usable):
                 return "yes", "node selector {} (every remote node)"
             found = ("maybe", f"node selector {usable[0]}: the nodes the pods run on are not known")
+        if cidr_nodes and (self.cidrs or self.cidr_unresolved):
+            found = ("maybe", f"CIDR peer {self}: under policy-cidr-match-mode nodes it may hold the address of "
+                              f"the node behind entity {node}, which the snapshot does not tell")
         if self.maybe:
             found = ("maybe", self.maybe)
         return found

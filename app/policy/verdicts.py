@@ -69,6 +69,7 @@ class _Side:
     peer_node: str = ""  # host | remote-node: the peer is a hostNetwork pod seen as that identity
     version: Version | None = None  # the agent's; None when not known
     cidr_pods: bool = False  # policy-cidr-match-mode pods: CIDR peers are matched against pod addresses
+    cidr_nodes: bool = False  # policy-cidr-match-mode nodes: CIDR peers may match node addresses
 
     def peer_ranges(self) -> tuple[str, ...] | None:
         """Where the peer's address lies, for CIDR peers; None when the agent never matches them to pods."""
@@ -169,7 +170,7 @@ def evaluate_flow(
     relax = agent.non_default_deny and agent.at_least(*NON_DEFAULT_DENY_SINCE) is not False
 
     def judged(kinds: frozenset[str]) -> Verdict:
-        skip = _View(kinds, relax, "pods" in agent.cidr_match_mode)
+        skip = _View(kinds, relax, "pods" in agent.cidr_match_mode, "nodes" in agent.cidr_match_mode)
         label_filter = agents.identity_filter(agent)
         if label_filter is None:
             older, newer = agents.version_filters(agent)
@@ -253,6 +254,7 @@ class _View:
     skip: frozenset[str] = frozenset()
     relax: bool = True
     cidr_pods: bool = False
+    cidr_nodes: bool = False
 
 
 def _rules(index: PolicyIndex, identity: Mapping[str, str], namespace: str, view: _View) -> tuple[Rule, ...]:
@@ -409,7 +411,8 @@ def _toward_node(
     rules = _rules(index, identity_of_subject, subject.namespace, skip)
     same, other = (
         _merge([
-            _judge(_Side(direction, subject, peer, rules, enforcement, index.port_names, node), {}, dst_ports, span, p)
+            _judge(_Side(direction, subject, peer, rules, enforcement, index.port_names, node,
+                         cidr_nodes=skip.cidr_nodes), {}, dst_ports, span, p)
             for p in protocols
         ])
         for node in NODE_IDENTITIES
@@ -441,7 +444,8 @@ def _collect(
             continue
         for entry in rule.entries(side.direction):
             if side.peer_node:
-                match, why = entry.peers.match_node(side.peer_node, pod_selectors=rule.kind != KNP)
+                match, why = entry.peers.match_node(side.peer_node, pod_selectors=rule.kind != KNP,
+                                                    cidr_nodes=side.cidr_nodes)
             else:
                 match, why = entry.peers.match(peer_identity, side.peer.namespace, version=side.version,
                                                ranges=side.peer_ranges())

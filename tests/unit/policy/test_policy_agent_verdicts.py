@@ -130,3 +130,14 @@ def test_policy_cidr_match_mode_pods(policies: list[dict[str, Any]], agent: Cili
                                      want: str) -> None:
     verdict = check_flow(snapshot(*policies), src, COORD, RDZV, "TCP", agent=agent)
     assert verdict.verdict == want, verdict.reasons
+
+
+def test_policy_cidr_match_mode_nodes_leaves_host_network_peers_unknown() -> None:
+    from dataclasses import replace
+    host_worker = replace(WORKER, host_network=True)
+    deny_nodes = cnp("no-nodes", spec=rule(sel(role="coord"), ingress=[{"fromEntities": ["all"]}],
+                                           ingressDeny=[{"fromCIDR": ["192.168.0.0/16"]}]))
+    default = check_flow(snapshot(deny_nodes), host_worker, COORD, RDZV, "TCP", agent=CiliumAgent(version=V120))
+    nodes = check_flow(snapshot(deny_nodes), host_worker, COORD, RDZV, "TCP",
+                       agent=CiliumAgent(version=V120, cidr_match_mode=("nodes",)))
+    assert (default.ingress.verdict, nodes.ingress.verdict) == ("allow", "unknown"), nodes.reasons
