@@ -392,8 +392,8 @@ class Generator:
                 rules = []
                 for n in range(r.choice((1, 1, 2))):
                     rule: dict[str, Any] = {"name": f"r{n}", "action": r.choice(("Accept", "Deny", "Pass"))}
-                    if r.random() < 0.7:
-                        rule[peer_key] = [self.kcnp_peer(egress=direction == "egress")]
+                    # The CRD requires at least one peer (`from` / `to`).
+                    rule[peer_key] = [self.kcnp_peer(egress=direction == "egress") for _ in range(r.choice((1, 1, 2)))]
                     if r.random() < 0.5:
                         # The CRD refuses a named port beside a networks peer (no named ports there).
                         cidr = any("networks" in peer for peer in rule.get(peer_key, ()))
