@@ -89,7 +89,8 @@ def _compile(policy: PolicyObject, spec: Any, warnings: list[str], unsupported: 
     unknown = sorted(set(map(str, spec)) - {"tier", "priority", "subject", "ingress", "egress"})
     if unknown:
         unsupported.append(f"unknown spec field(s) {', '.join(unknown)} (the apiserver would prune them)")
-    tier = TIERS.get(spec.get("tier"))  # type: ignore[arg-type]
+    raw_tier = spec.get("tier")
+    tier = TIERS.get(raw_tier) if isinstance(raw_tier, str) else None
     if tier is None:
         raise InvalidPolicy(f"spec.tier: {spec.get('tier')!r} is not Admin or Baseline")
     priority = spec.get("priority")
@@ -170,7 +171,7 @@ def _rule(raw: Any, where: str, direction: Direction, tier: Tier, priority: floa
     if unknown:
         unsupported.append(f"{where}: unknown field(s) {', '.join(unknown)}")
     action = raw.get("action")
-    if action not in ACTIONS:
+    if not isinstance(action, str) or action not in ACTIONS:
         raise InvalidPolicy(f"{where}.action: {action!r} is not one of {', '.join(ACTIONS)}")
     name = raw.get("name")
     if name is not None and (not isinstance(name, str) or len(name) > 100):
