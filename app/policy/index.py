@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.models.cluster import PolicyObject, Snapshot
+from app.models.cluster import CIDRGroup, PolicyObject, Snapshot
 from app.policy.cilium import CCNP, CNP, compile_cilium
 from app.policy.kcnp import KIND as KCNP
 from app.policy.kcnp import compile_kcnp
@@ -96,11 +96,12 @@ class PolicyIndex:
         return sorted((p.ref, problem) for p in self.policies for problem in p.problems)
 
 
-def compile_policy(policy: PolicyObject) -> CompiledPolicy:
-    """Compile one policy object of any supported kind; never raises."""
+def compile_policy(policy: PolicyObject, groups: Mapping[str, CIDRGroup] | None = None) -> CompiledPolicy:
+    """Compile one policy object of any supported kind; never raises. `groups`: the snapshot's
+    CiliumCIDRGroups (a CNP's `cidrGroupRef`)."""
     try:
         if policy.kind in (CNP, CCNP):
-            return compile_cilium(policy)
+            return compile_cilium(policy, groups)
         if policy.kind == KNP:
             return compile_knp(policy)
         if policy.kind == KCNP:
@@ -142,7 +143,7 @@ def build_index(snapshot: Snapshot) -> PolicyIndex:
 
 
 def _build(snapshot: Snapshot) -> PolicyIndex:
-    compiled = tuple(compile_policy(p) for p in snapshot.policies)
+    compiled = tuple(compile_policy(p, snapshot.cidr_groups) for p in snapshot.policies)
     buckets: dict[str, _Bucket] = defaultdict(_Bucket)
     for policy in compiled:
         for rule in policy.rules:

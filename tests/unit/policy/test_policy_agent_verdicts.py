@@ -141,3 +141,22 @@ def test_policy_cidr_match_mode_nodes_leaves_host_network_peers_unknown() -> Non
     nodes = check_flow(snapshot(deny_nodes), host_worker, COORD, RDZV, "TCP",
                        agent=CiliumAgent(version=V120, cidr_match_mode=("nodes",)))
     assert (default.ingress.verdict, nodes.ingress.verdict) == ("allow", "unknown"), nodes.reasons
+
+
+GROUP = {"apiVersion": "cilium.io/v2", "kind": "CiliumCIDRGroup", "metadata": {"name": "zone-a-pods"},
+         "spec": {"externalCIDRs": ["10.1.0.0/16"]}}
+
+
+@pytest.mark.parametrize(
+    "peer, objects, want",
+    [
+        pytest.param({"cidrGroupRef": "zone-a-pods"}, [GROUP], "deny", id="cidrGroupRef: the group's CIDRs, deny"),
+        pytest.param({"cidrGroupRef": "missing"}, [GROUP], "allow", id="cidrGroupRef to no group selects nothing"),
+        pytest.param({"cidrGroupSelector": sel(zone="a")}, [GROUP], "unknown",
+                     id="cidrGroupSelector: group labels are not known, unknown"),
+    ],
+)
+def test_cidr_groups_under_pods_mode(peer: dict[str, Any], objects: list[dict[str, Any]], want: str) -> None:
+    policy = cnp("no-group", spec=rule(sel(role="coord"), ingress=ALL_IN_NS, ingressDeny=[{"fromCIDRSet": [peer]}]))
+    verdict = check_flow(snapshot(policy, *objects), worker_in(*ZONE_A), COORD, RDZV, "TCP", agent=PODS_MODE)
+    assert verdict.verdict == want, verdict.reasons
