@@ -120,7 +120,7 @@ class Metrics:
         )
         self.audit_passes = Counter(
             f"{PREFIX}_audit_passes_total",
-            f"Audit passes, by outcome ({', '.join(AUDIT_PASS_OUTCOMES)}; skipped: no healthy snapshot).",
+            f"Audit passes, by outcome ({', '.join(AUDIT_PASS_OUTCOMES)}); skipped: no healthy snapshot.",
             ["outcome"], registry=r,
         )
         self.audit_writes = Counter(

@@ -132,9 +132,12 @@ class EventRecorder:
         return len(self._series)
 
     def record(self, audits: Iterable[JobAudit]) -> EventStats:
+        """One pass's findings. New findings are written before series updates, so a burst of new ones
+        is not starved by refreshes of old ones."""
         stats = EventStats()
         seen: set[EventKey] = set()
-        writes = 0
+        new: list[tuple[EventKey, JobAudit, AuditFinding]] = []
+        due: list[tuple[EventKey, _Series]] = []
         for job in audits:
             for finding in job.findings:
                 note = truncate_utf8(finding.message, NOTE_LIMIT_BYTES)
@@ -143,23 +146,30 @@ class EventRecorder:
                     continue  # the same finding twice in one pass is one observation
                 seen.add(key)
                 series = self._series.get(key)
-                if series is not None:
-                    series.count += 1
-                    if series.count > 2 and self._clock() - series.written_at < self._refresh:
-                        stats.counted += 1
-                        continue
-                if writes >= self._max_writes:
-                    stats.deferred += 1
-                    if series is not None:
-                        series.count -= 1  # not counted: observed again next pass
-                    continue
-                writes += 1
                 if series is None:
-                    self._create(key, job, finding, stats)
+                    new.append((key, job, finding))
+                    continue
+                series.count += 1
+                if series.count > 2 and self._clock() - series.written_at < self._refresh:
+                    stats.counted += 1
                 else:
-                    self._patch_series(key, series, stats)
+                    due.append((key, series))
         for key in [k for k in self._series if k not in seen]:
             del self._series[key]  # cleared: no more writes; the Event ages out
+        budget = self._max_writes
+        for key, job, finding in new:
+            if budget <= 0:
+                stats.deferred += 1  # not remembered: created on a later pass
+                continue
+            budget -= 1
+            self._create(key, job, finding, stats)
+        for key, series in due:
+            if budget <= 0:
+                stats.deferred += 1
+                series.count -= 1  # observed again on a later pass
+                continue
+            budget -= 1
+            self._patch_series(key, series, stats)
         return stats
 
     def _create(self, key: EventKey, job: JobAudit, finding: AuditFinding, stats: EventStats) -> None:
