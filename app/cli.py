@@ -1,4 +1,4 @@
-"""Command line: `topoguard serve | review | explain | reach`, and `topoguard --version` (DESIGN.md "Contracts").
+"""Command line: `topoguard serve | review | explain | reach | audit`, and `topoguard --version` (DESIGN.md "Contracts").
 
 Thin: declares the arguments (the contract) and dispatches to app.commands.<name>.run, imported
 lazily so `reach` and `review` start without loading the web stack.
@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a port or an inclusive range (30000-32767); protocol TCP unless given")
     reach.add_argument("--policy-enforcement", choices=["default", "always", "never"])
     reach.add_argument("-o", "--output", choices=["text", "json"], default="text")
+
+    audit = sub.add_parser("audit", help="the running training jobs: split across zones, blocked flows, closed zones")
+    _add_common(audit, cluster_required=True)
+    audit.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    audit.add_argument("--scope", choices=["opted-in", "all"],
+                       help="jobs of opted-in namespaces (default: the audit.scope setting) or of all")
     return parser
 
 

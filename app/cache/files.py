@@ -65,8 +65,14 @@ def _files(path: Path) -> list[Path]:
     raise SnapshotError(f"{path}: no such file or directory")
 
 
-def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> Snapshot:
-    """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored."""
+def build_snapshot(
+    objects: list[Mapping[str, Any]],
+    *,
+    revision: str = "0",
+    gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
+) -> Snapshot:
+    """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored. Every pod is kept
+    (bound or pending); `gpu_resources` (settings `gpuResources`) is what the jobs' audit shapes count as GPUs."""
     nodes, pods, policies, jobs = [], [], [], []
     namespaces, groups, runtimes = {}, {}, {}
     for obj in objects:
@@ -86,7 +92,9 @@ def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> 
         elif kind in projections.RUNTIME_KINDS:
             runtime = projections.project_training_runtime(obj)
             runtimes[(runtime.kind, runtime.namespace, runtime.name)] = runtime
-        elif kind in projections.JOB_KINDS and (job := projections.project_job(obj)) is not None:
+        elif kind in projections.JOB_KINDS and (
+            job := projections.project_job(obj, gpu_resources=gpu_resources)
+        ) is not None:
             jobs.append(job)
     return Snapshot(
         nodes=tuple(nodes),
@@ -100,7 +108,9 @@ def build_snapshot(objects: list[Mapping[str, Any]], *, revision: str = "0") -> 
     )
 
 
-def load_snapshot(path: str | Path) -> Snapshot:
+def load_snapshot(
+    path: str | Path, *, gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES
+) -> Snapshot:
     """Read a snapshot from a file or directory. Raises SnapshotError naming file and document."""
     objects: list[Mapping[str, Any]] = []
     digest = hashlib.sha256()
@@ -110,4 +120,4 @@ def load_snapshot(path: str | Path) -> Snapshot:
                 raise SnapshotError(f"{where}: object has no kind")
             objects.append(obj)
         digest.update(file.read_bytes())
-    return build_snapshot(objects, revision=digest.hexdigest()[:16])
+    return build_snapshot(objects, revision=digest.hexdigest()[:16], gpu_resources=gpu_resources)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.jobs import jobset, kubeflow, status, trainjob
+from app.config import Settings
+from app.jobs import job_shape, jobset, kubeflow, status, trainjob
 from app.models.cluster import (
     CIDRGroup,
     ContainerPort,
@@ -32,6 +33,8 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 JOB_KINDS = tuple(sorted({kind for _, kind in (*kubeflow.FRAMEWORKS, (jobset.API_VERSION, jobset.KIND),
                                                 (trainjob.API_VERSION, trainjob.KIND))}))
 KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup", *RUNTIME_KINDS, *JOB_KINDS)
+# The GPU resources a job's shape is derived with when the caller names none (settings `gpuResources`).
+DEFAULT_GPU_RESOURCES: tuple[str, ...] = Settings.model_fields["gpu_resources"].default
 STANDARD_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
 
 
@@ -261,13 +264,21 @@ def _trainjob_demand(spec: Mapping[str, Any]) -> tuple[dict[str, int], int]:
     return total, count
 
 
+_SOURCE_METADATA = ("name", "namespace", "uid", "labels", "annotations")
+
+
 def _owned_by_trainjob(meta: Mapping[str, Any]) -> bool:
     return any(_dict(o).get("kind") == trainjob.KIND for o in _list(meta.get("ownerReferences")))
 
 
-def project_job(obj: Mapping[str, Any]) -> JobInfo | None:
-    """A stored training job's ledger projection; None for a kind topoguard does not place, or a
-    JobSet a TrainJob owns (the TrainJob holds its GPUs)."""
+def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES) -> JobInfo | None:
+    """A stored training job's ledger and audit projection; None for a kind topoguard does not place, or a
+    JobSet a TrainJob owns (the TrainJob holds its GPUs).
+
+    The audit's `shape` (replica types, required flows) is parsed here, once per stored version, with
+    `gpu_resources` (settings `gpuResources`: which replicas take part in GPU collectives); a TrainJob's
+    pods come from its runtime, so it keeps its metadata and spec as `source` instead, composed by the
+    audit with the snapshot's runtimes."""
     api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
     meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
     framework = kubeflow.FRAMEWORKS.get((api_version, kind))
@@ -281,6 +292,12 @@ def project_job(obj: Mapping[str, Any]) -> JobInfo | None:
         (demand, pods), pod_label, operators = _trainjob_demand(spec), JOBSET_NAME_LABEL, ()
     else:
         return None
+    shape, source = None, None
+    if kind == trainjob.KIND:
+        source = freeze({"apiVersion": api_version, "kind": kind, "spec": spec,
+                         "metadata": {k: v for k, v in meta.items() if k in _SOURCE_METADATA}})
+    else:
+        shape = job_shape(obj, gpu_resources=gpu_resources)
     return JobInfo(
         kind=kind,
         namespace=str(meta.get("namespace", "") or "default"),
@@ -294,4 +311,6 @@ def project_job(obj: Mapping[str, Any]) -> JobInfo | None:
         created=_text(meta.get("creationTimestamp")),
         pod_label=pod_label,
         operators=operators,
+        shape=shape,
+        source=source,
     )

@@ -451,8 +451,7 @@ def _audit(decision: Decision, outcome: OutcomeName) -> dict[str, str]:
 
 
 def _opted_in(snapshot: Snapshot, namespace: str) -> bool:
-    known = snapshot.namespaces.get(namespace) if namespace else None
-    return known is None or known.labels.get(labels.ENABLED_LABEL) == "true"
+    return snapshot.opted_in(namespace)
 
 
 def _enforcement(snapshot: Snapshot, namespace: str, settings: Settings) -> str:
