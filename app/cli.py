@@ -1,4 +1,4 @@
-"""Command line: `topoguard serve | review | explain | reach | audit`, and `topoguard --version` (DESIGN.md "Contracts").
+"""Command line: `topoguard serve | review | explain | reach | audit` and `--version` (DESIGN.md "Contracts").
 
 Thin: declares the arguments (the contract) and dispatches to app.commands.<name>.run, imported
 lazily so `reach` and `review` start without loading the web stack.
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     reach.add_argument("--policy-enforcement", choices=["default", "always", "never"])
     reach.add_argument("-o", "--output", choices=["text", "json"], default="text")
 
-    audit = sub.add_parser("audit", help="the running training jobs: split across zones, blocked flows, closed zones")
+    audit = sub.add_parser("audit", help="the running training jobs: split, blocked or closed zones")
     _add_common(audit, cluster_required=True)
     audit.add_argument("-o", "--output", choices=["text", "json"], default="text")
     audit.add_argument("--scope", choices=["opted-in", "all"],

@@ -17,9 +17,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from app.cache import projections
-from app.engine import ledger
 from app.cache.errors import ApiError
 from app.config import Settings
+from app.engine import ledger
 
 # Non-terminal pods, bound or pending: the snapshot keeps the bound GPU pods (GPU capacity, DESIGN.md
 # step 3) and every pod of a training job (the audit: which zones its pods run in, which are pending).

@@ -45,7 +45,7 @@ from app.engine import capacity, ledger, memo
 from app.engine.flows import blocking_reasons
 from app.models.cluster import JobInfo, PodInfo, Snapshot
 from app.models.job import Flow, JobShape, RoleShape
-from app.models.network import Endpoint, Verdict
+from app.models.network import Endpoint, PortRange, Verdict
 
 AUDIT_FINDING_TYPES = ("split", "blocked", "unknown", "zone-closed")
 
@@ -301,14 +301,25 @@ class _Pass:
         by_role: dict[str, list[_Class]] = defaultdict(list)
         for cls in classes:
             by_role[cls.role.key].append(cls)
+        flows = shape.flows
+        position = {flow: i for i, flow in reversed(list(enumerate(flows)))}
+        # The widest port ranges first: a range is allowed only when every port in it is (PortRange), so a
+        # flow inside a range already allowed between the same two classes is allowed without evaluating it
+        # (the rendezvous port inside the collectives' 1-65535, most of the time).
+        allowed: dict[tuple[int, int, str], list[PortRange]] = defaultdict(list)
         gathered: dict[tuple[str, str, str], _Found] = {}
-        for flow in shape.flows:
+        for flow in sorted(flows, key=lambda f: (f.ports.first - f.ports.last, position[f])):
+            ports = flow.ports
             for src in by_role.get(flow.src, ()):
                 for dst in by_role.get(flow.dst, ()):
                     if src is dst and src.count == 1:
                         continue  # a pod needs no path to itself
+                    opened = allowed.get((id(src), id(dst), flow.protocol))
+                    if opened and any(r.first <= ports.first and ports.last <= r.last for r in opened):
+                        continue
                     verdict = self._verdict(src, dst, flow)
                     if verdict.verdict == "allow":
+                        allowed[(id(src), id(dst), flow.protocol)].append(ports)
                         continue
                     kind = self._type(job, verdict, src, dst)
                     found = gathered.get((kind, flow.src, flow.dst))
@@ -319,7 +330,12 @@ class _Pass:
                         seen = found.flows[flow] = _FlowSeen(flow, verdict, example=(src.pod.name, dst.pod.name))
                     seen.src.add(src.place)
                     seen.dst.add(dst.place)
-        return [_flow_finding(job, found) for found in gathered.values()]
+        # Findings and their flows in the job's own flow order.
+        out = []
+        for found in sorted(gathered.values(), key=lambda f: min(position[flow] for flow in f.flows)):
+            found.flows = dict(sorted(found.flows.items(), key=lambda item: position[item[0]]))
+            out.append(_flow_finding(job, found))
+        return out
 
     @staticmethod
     def _type(job: JobInfo, verdict: Verdict, src: _Class, dst: _Class) -> str:
