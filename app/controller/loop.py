@@ -46,7 +46,7 @@ CHANGE_GAP_FACTOR = 4.0
 # When a pass was skipped (no healthy snapshot), try again this soon rather than a whole interval later.
 RETRY_SKIPPED_SECONDS = 5.0
 IDLE_WAIT_SECONDS = 5.0
-STOP_TIMEOUT_SECONDS = 10.0
+STOP_TIMEOUT_SECONDS = 5.0  # each: the pass in progress, then the release; inside the pod's grace period
 # Metric series are kept for the most important jobs first when there are too many.
 SEVERITY_ORDER = ("blocked", "split", "zone-closed", "unknown")
 
