@@ -3,9 +3,11 @@ findings become metrics that go away when they clear or when leadership is lost.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -159,3 +161,19 @@ def test_per_job_series_are_bounded_most_important_first() -> None:
     assert len(kept) == MAX_AUDIT_JOB_SERIES
     assert ("name", "zz-blocked") in kept[0] or any(("name", "zz-blocked") in k for k in kept)
     assert got[("topoguard_audit_job_series_dropped", ())] == 1
+
+
+def test_serve_runs_the_audit_only_with_a_cluster_to_write_to(tmp_path: Path) -> None:
+    from app.commands.serve import build_background
+
+    store = ControlledStore()
+    with_file = argparse.Namespace(cluster="snapshot.yaml", kubeconfig=None)
+    assert build_background(with_file, Settings(), store, Metrics()) == []
+    off = Settings.model_validate({"audit": {"enabled": False}})
+    assert build_background(argparse.Namespace(cluster=None, kubeconfig=None), off, store, Metrics()) == []
+    with fake_api() as (server, _):
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        (service,) = build_background(argparse.Namespace(cluster=None, kubeconfig=str(kubeconfig)), Settings(),
+                                      store, Metrics())
+        assert isinstance(service, AuditController)
+        assert service.elector.name == "topoguard-audit" and service.reports is not None
