@@ -58,6 +58,13 @@ class AuditSettings(BaseModel):
     interval_seconds: float = Field(default=30.0, gt=0)
     # Which jobs are audited: those in namespaces opted in to topoguard, or every namespace's.
     scope: Literal["opted-in", "all"] = "opted-in"
+    # The coordination.k8s.io/v1 Lease (in the release namespace, POD_NAMESPACE) that elects the one replica
+    # that audits (app/controller/lease.py).
+    lease_name: str = Field(default="topoguard-audit", min_length=1, max_length=253,
+                            pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    # Write a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace when that CRD is served (the chart grants
+    # the RBAC for it only when its audit.policyReports.enabled is true).
+    policy_reports: bool = True
 
 
 class Settings(BaseModel):
