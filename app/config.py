@@ -5,7 +5,9 @@ No module-level instance: entry points build one and pass it down.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +28,10 @@ class ConfigError(ValueError):
     """The config file, environment or flags hold an unusable value."""
 
 
+# An extended resource name: an optional DNS prefix, a slash, a name (nvidia.com/gpu, amd.com/gpu).
+_RESOURCE_NAME = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
 class Limits(BaseModel):
     """The largest job a review considers (issue 18: a review's cost is bounded by these, not by the numbers a
     user writes). Far above real jobs; a job past one is refused (422) naming the field and the limit, or admitted
@@ -42,6 +48,26 @@ class Limits(BaseModel):
     # Pod indices the cluster's policies name one by one (e.g. `replica-index In [0, 1, ... 999]`) that a job's
     # pods carry: each is judged on its own, so the flows grow with the square of their number.
     policy_index_values_per_job: int = Field(default=64, gt=0)
+
+
+class AuditSettings(BaseModel):
+    """The audit of running training jobs (DESIGN.md "Round 2", Audit; issue 12)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    # Whether `topoguard serve` runs the audit loop (one replica at a time).
+    enabled: bool = True
+    # Seconds between two passes (a policy, node or job change also starts one, coalesced).
+    interval_seconds: float = Field(default=30.0, gt=0)
+    # Which jobs are audited: those in namespaces opted in to topoguard, or every namespace's.
+    scope: Literal["opted-in", "all"] = "opted-in"
+    # The coordination.k8s.io/v1 Lease (in the release namespace, POD_NAMESPACE) that elects the one replica
+    # that audits (app/controller/lease.py).
+    lease_name: str = Field(default="topoguard-audit", min_length=1, max_length=253,
+                            pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    # Write a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace when that CRD is served (the chart grants
+    # the RBAC for it only when its audit.policyReports.enabled is true).
+    policy_reports: bool = True
 
 
 class Settings(BaseModel):
@@ -70,6 +96,7 @@ class Settings(BaseModel):
     # All reviews in flight together may hold twice this; the chart's memory limit is derived from it.
     review_memory_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     limits: Limits = Field(default_factory=Limits)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     # Who may read GET/POST /map (app/http/maps.py): `off` (not served), `loopback` (only on a listener
     # bound to 127.0.0.1:mapPort, for kubectl port-forward) or `authorized` (on the webhook port, to
     # callers the cluster authorizes for the non-resource URL /map). The default, here and in
@@ -127,8 +154,24 @@ class Settings(BaseModel):
     @field_validator("gpu_resources", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
+        """`a,b` (the env form) or a YAML/JSON flow list `[a, b]` (what the chart's values look like)."""
+        if isinstance(value, str) and value.strip().startswith("["):
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as e:
+                raise ValueError(f"not a list: {value!r}") from e
+            if not isinstance(value, list):
+                raise ValueError(f"not a list: {value!r}")
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())
+        return value
+
+    @field_validator("gpu_resources")
+    @classmethod
+    def _resource_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not _RESOURCE_NAME.fullmatch(v)]
+        if bad:
+            raise ValueError(f"not an extended resource name (like nvidia.com/gpu): {', '.join(map(repr, bad))}")
         return value
 
 
@@ -194,4 +237,38 @@ def load_settings(
         return Settings.model_validate(data)
     except ValidationError as e:
         where = f"config {path}" if path else "settings"
-        raise ConfigError(f"{where}: {e}") from e
+        raise ConfigError(f"{where}: {describe_errors(e)}") from None
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(to_camel(str(part)) if isinstance(part, str) else f"[{part}]" for part in loc)
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel]:
+    model: type[BaseModel] = Settings
+    for part in loc:
+        info = model.model_fields.get(str(part))
+        nested = _nested_model(info) if info is not None else None
+        if nested is None:
+            break
+        model = nested
+    return model
+
+
+def describe_errors(error: ValidationError) -> str:
+    """Every problem in the user's words: the camelCase key, what is wrong, and for a misspelt key the
+    closest valid one and the valid keys (no pydantic URL, no Python field names)."""
+    problems = []
+    for err in error.errors():
+        loc = tuple(err["loc"])
+        key = _key_path(loc)
+        if err["type"] == "extra_forbidden":
+            valid = sorted(to_camel(n) for n in _model_at(loc[:-1]).model_fields)
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1) or difflib.get_close_matches(
+                to_camel(str(loc[-1])), valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown key {key!r}{hint}; valid keys: {', '.join(valid)}")
+        else:
+            message = str(err["msg"]).removeprefix("Value error, ")
+            problems.append(f"{key}: {message} (got {err.get('input')!r})")
+    return "; ".join(problems)

@@ -33,3 +33,6 @@ run "TrainJob composition" bench/bench_trainjob.py
 run "a burst of admissions with the reservation ledger" bench/bench_burst.py
 run "HTTP: topoguard serve under wrk" bench/bench_http.py "$@"
 run "adversarial reviews: worst-case time and memory" bench/bench_adversarial.py
+audit_size=--full
+case " $* " in *" --quick "*) audit_size=--quick ;; esac
+run "audit: one pass over the running training jobs" bench/bench_audit.py "${audit_size}"

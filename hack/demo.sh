@@ -20,7 +20,12 @@ for tool in "$TOPOGUARD" "$PYTHON"; do
   [[ -x "$tool" ]] || { echo "demo: $tool not found; run 'make install' first" >&2; exit 1; }
 done
 
-step() { printf '\n\033[1m== %s\033[0m\n\n' "$*"; }
+# Bold headings only on a terminal: a log file or a pipe gets plain text, no ANSI escapes.
+if [[ -t 1 ]]; then
+  step() { printf '\n\033[1m== %s\033[0m\n\n' "$*"; }
+else
+  step() { printf '\n== %s\n\n' "$*"; }
+fi
 
 step "1. The lab: GPU nodes in zone-a (tainted gpu=present), CPU nodes in zone-b, policies keyed on the pod label 'zone'"
 "$PYTHON" - "$CLUSTER" <<'EOF'
@@ -46,19 +51,10 @@ echo "(topoguard explain exited $code)"
 step "3. With zoneIdentityLabel: zone (examples/config.yaml): the map, the chosen zone and the patch"
 "$TOPOGUARD" explain "$JOB" --cluster "$CLUSTER" --config "$CONFIG"
 
-step "4. The webhook's answer to a real AdmissionReview (topoguard review --operation mutate)"
-"$PYTHON" - "$JOB" > "$WORK/review.json" <<'EOF'
-import json, sys, uuid, yaml
-job = yaml.safe_load(open(sys.argv[1]))
-gvk = {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}
-gvr = {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"}
-print(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-    "uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-    "name": job["metadata"]["name"], "namespace": job["metadata"]["namespace"], "operation": "CREATE",
-    "userInfo": {"username": "alice", "groups": ["system:authenticated"]}, "object": job, "oldObject": None,
-    "dryRun": False, "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}))
-EOF
-"$TOPOGUARD" review --cluster "$CLUSTER" --config "$CONFIG" --operation mutate "$WORK/review.json" > "$WORK/response.json"
+step "4. The webhook's answer for the job (topoguard review JOB.yaml wraps it in the apiserver's CREATE review)"
+"$TOPOGUARD" review --cluster "$CLUSTER" --config "$CONFIG" --operation mutate "$JOB" > "$WORK/response.json"
+"$PYTHON" -c 'import json, sys, yaml; from app.commands.review import wrap_job
+print(json.dumps(wrap_job(yaml.safe_load(open(sys.argv[1])))))' "$JOB" > "$WORK/review.json"
 "$PYTHON" - "$JOB" "$WORK/response.json" "$WORK/patched.json" <<'EOF'
 import base64, copy, json, sys, yaml
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -39,8 +40,14 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
         raise SnapshotError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
 
 
-def _objects(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for number, doc in _documents(path):
+def _objects(path: Path, *, skip: Callable[[str], None] | None = None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The objects of one file. `skip`: in a directory, a file whose documents are not Kubernetes objects
+    (no `kind`: a topoguard config file, a values file) is passed over with a note, not fatal."""
+    documents = list(_documents(path))
+    if skip is not None and not any(_is_object(doc) for _, doc in documents):
+        skip(f"{path}: not a Kubernetes object (no kind), skipped")
+        return
+    for number, doc in documents:
         where = f"{path} document {number}"
         if doc is None:
             continue
@@ -67,9 +74,15 @@ def _files(path: Path) -> list[Path]:
 
 
 def build_snapshot(
-    objects: list[Mapping[str, Any]], *, revision: str = "0", cilium_config: str = DEFAULT_CILIUM_CONFIG
+    objects: list[Mapping[str, Any]],
+    *,
+    revision: str = "0",
+    gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
+    missing_kinds: tuple[str, ...] = (),
+    cilium_config: str = DEFAULT_CILIUM_CONFIG,
 ) -> Snapshot:
-    """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored.
+    """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored. Every pod is kept
+    (bound or pending); `gpu_resources` (settings `gpuResources`) is what the jobs' audit shapes count as GPUs.
 
     `cilium_config` (settings `ciliumConfig`, `namespace/name`; "" = not read) names the ConfigMap kept as
     the agent's settings; the DaemonSet `cilium` in its namespace gives the agent image.
@@ -101,7 +114,9 @@ def build_snapshot(
         elif kind in projections.RUNTIME_KINDS:
             runtime = projections.project_training_runtime(obj)
             runtimes[(runtime.kind, runtime.namespace, runtime.name)] = runtime
-        elif kind in projections.JOB_KINDS and (job := projections.project_job(obj)) is not None:
+        elif kind in projections.JOB_KINDS and (
+            job := projections.project_job(obj, gpu_resources=gpu_resources)
+        ) is not None:
             jobs.append(job)
     return Snapshot(
         nodes=tuple(nodes),
@@ -112,6 +127,7 @@ def build_snapshot(
         revision=revision,
         training_runtimes=MappingProxyType(runtimes),
         jobs=tuple(jobs),
+        missing_kinds=missing_kinds,
         cilium_config=config_map.data if config_map else None,
         cilium_config_labels=config_map.labels if config_map else MappingProxyType({}),
         cilium_image=image,
@@ -125,17 +141,37 @@ def _named(obj: Mapping[str, Any], namespace: str, name: str | None = None) -> b
     return name is None or meta.get("name") == name
 
 
-def load_snapshot(path: str | Path, *, cilium_config: str = DEFAULT_CILIUM_CONFIG) -> Snapshot:
+def _is_object(doc: Any) -> bool:
+    return isinstance(doc, Mapping) and isinstance(doc.get("kind"), str) and bool(doc["kind"])
+
+
+def _note(text: str) -> None:
+    print(f"topoguard: note: {text}", file=sys.stderr)
+
+
+def load_snapshot(
+    path: str | Path,
+    *,
+    gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
+    note: Callable[[str], None] = _note,
+    cilium_config: str = DEFAULT_CILIUM_CONFIG,
+) -> Snapshot:
     """Read a snapshot from a file or directory. Raises SnapshotError naming file and document.
 
+    In a directory, files that hold no Kubernetes object are skipped, each with a `note` (stderr by
+    default). A snapshot without Nodes says so (`missing_kinds`): no zone can be judged without them.
     `cilium_config`: which ConfigMap holds the Cilium agent's settings (see `build_snapshot`).
     """
     objects: list[Mapping[str, Any]] = []
     digest = hashlib.sha256()
-    for file in _files(Path(path)):
-        for where, obj in _objects(file):
+    root = Path(path)
+    directory = root.is_dir()
+    for file in _files(root):
+        for where, obj in _objects(file, skip=note if directory else None):
             if "kind" not in obj:
                 raise SnapshotError(f"{where}: object has no kind")
             objects.append(obj)
         digest.update(file.read_bytes())
-    return build_snapshot(objects, revision=digest.hexdigest()[:16], cilium_config=cilium_config)
+    no_nodes = not any(obj.get("kind") == "Node" for obj in objects)
+    return build_snapshot(objects, revision=digest.hexdigest()[:16], gpu_resources=gpu_resources,
+                          missing_kinds=("Node",) if no_nodes else (), cilium_config=cilium_config)

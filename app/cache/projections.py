@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.jobs import jobset, kubeflow, status, trainjob
+from app.config import Settings
+from app.jobs import job_shape, jobset, kubeflow, status, trainjob
 from app.models.cluster import (
     CIDRGroup,
     ConfigMapInfo,
@@ -33,6 +34,8 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 JOB_KINDS = tuple(sorted({kind for _, kind in (*kubeflow.FRAMEWORKS, (jobset.API_VERSION, jobset.KIND),
                                                 (trainjob.API_VERSION, trainjob.KIND))}))
 KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup", *RUNTIME_KINDS, *JOB_KINDS)
+# The GPU resources a job's shape is derived with when the caller names none (settings `gpuResources`).
+DEFAULT_GPU_RESOURCES: tuple[str, ...] = Settings.model_fields["gpu_resources"].default
 STANDARD_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
 
 
@@ -66,10 +69,18 @@ def parse_count(value: Any) -> int:
     Extended resources (GPUs) must be integers in Kubernetes, so suffixes are not expected;
     "1k" style values are still read for robustness.
     """
+    count = read_count(value)
+    return 0 if count is None else count
+
+
+def read_count(value: Any) -> int | None:
+    """`parse_count`, but None when `value` is no quantity at all (`"eight"`, a list), so it can be reported."""
     if isinstance(value, bool):
-        return 0
+        return None
     if isinstance(value, int):
         return max(value, 0)
+    if not isinstance(value, str | float):
+        return None
     text = str(value).strip()
     multipliers = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
     for suffix, factor in sorted(multipliers.items(), key=lambda kv: -len(kv[0])):
@@ -80,12 +91,17 @@ def parse_count(value: Any) -> int:
         mult = 1
     try:
         return max(int(float(text) * mult), 0)
-    except ValueError:
-        return 0
+    except (ValueError, OverflowError):  # not a number, NaN or infinity
+        return None
 
 
 def _extended(resources: Mapping[str, Any]) -> dict[str, int]:
     return {str(k): parse_count(v) for k, v in resources.items() if k not in STANDARD_RESOURCES}
+
+
+def _unparsable(resources: Mapping[str, Any]) -> dict[str, str]:
+    """Extended resources whose quantity cannot be read (counted as 0, and reported: engine warnings)."""
+    return {str(k): str(v) for k, v in resources.items() if k not in STANDARD_RESOURCES and read_count(v) is None}
 
 
 def project_node(obj: Mapping[str, Any]) -> NodeInfo:
@@ -106,6 +122,7 @@ def project_node(obj: Mapping[str, Any]) -> NodeInfo:
         ready=ready,
         unschedulable=_flag(spec.get("unschedulable")),
         pod_cidrs=_pod_cidrs(spec),
+        unparsable=freeze(_unparsable(resources)),
     )
 
 
@@ -296,13 +313,21 @@ def _trainjob_demand(spec: Mapping[str, Any]) -> tuple[dict[str, int], int]:
     return total, count
 
 
+_SOURCE_METADATA = ("name", "namespace", "uid", "labels", "annotations")
+
+
 def _owned_by_trainjob(meta: Mapping[str, Any]) -> bool:
     return any(_dict(o).get("kind") == trainjob.KIND for o in _list(meta.get("ownerReferences")))
 
 
-def project_job(obj: Mapping[str, Any]) -> JobInfo | None:
-    """A stored training job's ledger projection; None for a kind topoguard does not place, or a
-    JobSet a TrainJob owns (the TrainJob holds its GPUs)."""
+def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES) -> JobInfo | None:
+    """A stored training job's ledger and audit projection; None for a kind topoguard does not place, or a
+    JobSet a TrainJob owns (the TrainJob holds its GPUs).
+
+    The audit's `shape` (replica types, required flows) is parsed here, once per stored version, with
+    `gpu_resources` (settings `gpuResources`: which replicas take part in GPU collectives); a TrainJob's
+    pods come from its runtime, so it keeps its metadata and spec as `source` instead, composed by the
+    audit with the snapshot's runtimes."""
     api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
     meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
     framework = kubeflow.FRAMEWORKS.get((api_version, kind))
@@ -316,6 +341,12 @@ def project_job(obj: Mapping[str, Any]) -> JobInfo | None:
         (demand, pods), pod_label, operators = _trainjob_demand(spec), JOBSET_NAME_LABEL, ()
     else:
         return None
+    shape, source = None, None
+    if kind == trainjob.KIND:
+        source = freeze({"apiVersion": api_version, "kind": kind, "spec": spec,
+                         "metadata": {k: v for k, v in meta.items() if k in _SOURCE_METADATA}})
+    else:
+        shape = job_shape(obj, gpu_resources=gpu_resources)
     return JobInfo(
         kind=kind,
         namespace=str(meta.get("namespace", "") or "default"),
@@ -329,4 +360,6 @@ def project_job(obj: Mapping[str, Any]) -> JobInfo | None:
         created=_text(meta.get("creationTimestamp")),
         pod_label=pod_label,
         operators=operators,
+        shape=shape,
+        source=source,
     )

@@ -8,6 +8,7 @@ and a projection is all we keep. This module does not loop, retry or keep state 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,12 @@ from kubernetes.client.exceptions import ApiException
 from app.cache import projections
 from app.cache.errors import ApiError
 from app.config import Settings
+from app.engine import ledger
 
-# Bound, non-terminal pods only: the snapshot's pods exist for GPU capacity (DESIGN.md step 3).
-POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Non-terminal pods, bound or pending: the snapshot keeps the bound GPU pods (GPU capacity, DESIGN.md
+# step 3) and every pod of a training job (the audit: which zones its pods run in, which are pending).
+# A label selector cannot OR the operators' job-name labels, so the projector picks those pods.
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 CRD_ABSENT = "absent (CRD not installed)"
 
 Projector = Callable[[Mapping[str, Any]], Any]  # raw object -> projection, or None to not keep it
@@ -59,14 +63,21 @@ class Resource:
         return f"/apis/{api_version}/{where}{self.plural}"
 
 
-def _gpu_pod_projector(gpu_resources: tuple[str, ...]) -> Projector:
+def _pod_projector(gpu_resources: tuple[str, ...]) -> Projector:
+    """Keeps a non-terminal pod that is bound and holds GPUs, or that belongs to a training job (bound or
+    pending, CPU-only coordinators included; `ledger.is_job_pod`, the ledger's own matching); every other
+    pod is dropped, so memory grows with GPU and training pods, not with the cluster's pods."""
+    job_kinds = frozenset(projections.JOB_KINDS)
+
     def project(obj: Mapping[str, Any]) -> Any:
         pod = projections.project_pod(obj)
-        if not pod.node_name or pod.terminal:
+        if pod.terminal:
             return None  # the field selector already filters these; a stale MODIFIED may still carry one
-        if not any(pod.requests.get(name, 0) > 0 for name in gpu_resources):
-            return None
-        return pod
+        if ledger.is_job_pod(pod, job_kinds):
+            return pod
+        if pod.node_name and any(pod.requests.get(name, 0) > 0 for name in gpu_resources):
+            return pod
+        return None
 
     return project
 
@@ -88,6 +99,7 @@ JOB_KINDS = tuple(kind for kind, _, _ in JOB_RESOURCES)
 
 def build_resources(settings: Settings) -> tuple[Resource, ...]:
     """Every kind the cache follows, in the order their status is reported."""
+    job_projector = functools.partial(projections.project_job, gpu_resources=tuple(settings.gpu_resources))
     return (
         Resource("Node", "nodes", ("v1",), projections.project_node),
         Resource("Namespace", "namespaces", ("v1",), projections.project_namespace),
@@ -95,7 +107,7 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
             "Pod",
             "pods",
             ("v1",),
-            _gpu_pod_projector(tuple(settings.gpu_resources)),
+            _pod_projector(tuple(settings.gpu_resources)),
             field_selector=POD_FIELD_SELECTOR,
         ),
         Resource("NetworkPolicy", "networkpolicies", ("networking.k8s.io/v1",), projections.project_policy),
@@ -131,7 +143,7 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
             optional=True,
         ),
         *(
-            Resource(kind, plural, versions, projections.project_job, optional=True)
+            Resource(kind, plural, versions, job_projector, optional=True)
             for kind, plural, versions in JOB_RESOURCES
         ),
         # Cilium 1.20's ClusterNetworkPolicy; v1beta1 too, so a cluster serving only a newer version is

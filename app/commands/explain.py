@@ -23,10 +23,11 @@ import yaml
 from app import engine, jobs, policy
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, Settings, load_settings
-from app.engine import ledger, patches
-from app.engine.flows import describe_flow, describe_reason, describe_sides
+from app.engine import lead, ledger, patches
+from app.engine.flows import describe_check, describe_flow, describe_reason, describe_sides
 from app.http.admission import unsupported_message
 from app.jobs import status as job_status
+from app.models import labels
 from app.models.cilium import CiliumAgent
 from app.models.cluster import Snapshot
 from app.models.decision import Decision, FlowCheck, ZoneReport
@@ -90,6 +91,7 @@ def _zone_json(report: ZoneReport, holders: Sequence[ledger.Hold] = ()) -> dict[
         "gpusFree": report.gpus_free,
         "gpusNeeded": report.gpus_needed,
         "fits": report.fits,
+        "fitsText": fits_text(report),
         "network": report.network,
         "eligible": report.eligible,
         "problems": list(report.problems),
@@ -107,11 +109,17 @@ def to_json(
     decision: Decision,
     patch: Sequence[Mapping[str, Any]],
     holds: Mapping[str, Sequence[ledger.Hold]] | None = None,
+    *,
+    scope: str = "",
 ) -> dict[str, Any]:
-    """The machine-readable explanation (`-o json`); `holds`: the jobs that reserve GPUs, per zone."""
+    """The machine-readable explanation (`-o json`); `holds`: the jobs that reserve GPUs, per zone;
+    `scope`: why the webhook would not review the job ("" when it would)."""
     holds = holds or {}
     return {
         "job": {"apiVersion": group.api_version, "kind": group.kind, "namespace": group.namespace, "name": group.name},
+        "webhookReviews": not scope.startswith("the webhook will not"),
+        "scope": scope,
+        "lead": decision.lead,
         "allowed": decision.allowed,
         "zone": decision.zone,
         "zones": [_zone_json(z, holds.get(z.zone, ())) for z in decision.zones],
@@ -125,6 +133,28 @@ def to_json(
         "patch": list(patch),
         "capacity": decision.capacity,
     }
+
+
+def webhook_scope(snapshot: Snapshot, namespace: str) -> str:
+    """Why the webhook would not review a job of `namespace` (its namespaceSelector), or "" when it would."""
+    known = snapshot.namespaces.get(namespace)
+    if known is None:
+        if "Namespace" in snapshot.missing_kinds or not snapshot.namespaces:
+            return ""
+        return (f"namespace {namespace} is not in the snapshot: the webhook reviews its jobs only if it is labelled "
+                f"{labels.ENABLED_LABEL}=true")
+    if known.labels.get(labels.ENABLED_LABEL) != "true":
+        return f"the webhook will not review this job: namespace {namespace} lacks {labels.ENABLED_LABEL}=true"
+    return ""
+
+
+def fits_text(report: ZoneReport) -> str:
+    """The FITS column: `yes`, `no capacity` (GPUs short) or `cannot run here` (selectors, taints, ...)."""
+    if report.fits:
+        return "yes"
+    if any("cannot run here" in p for p in report.problems):
+        return "cannot run here"
+    return "no capacity"
 
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -149,21 +179,30 @@ def render_text(
     patch: Sequence[Mapping[str, Any]],
     settings: Settings,
     holds: Mapping[str, Sequence[ledger.Hold]] | None = None,
+    *,
+    scope: str = "",
 ) -> str:
-    """The human-readable map: zone table, flows per zone, the choice and the patch."""
+    """The human-readable map: the lead sentence, zone table, flows per zone, the choice and the patch.
+
+    `scope`: why the webhook would not review the job (`webhook_scope`), said first; the analysis follows.
+    """
     holds = holds or {}
     pods = sum(r.count for r in group.replicas)
     gpus = sum(r.count * r.gpus_per_pod for r in group.replicas)
-    out = [
+    out = [f"note: {scope}" for scope in [scope] if scope]
+    out += [
+        f"{'Admitted' if decision.allowed else 'Refused'}: {decision.lead}.",
+        "",
         f"{group.kind} {group.namespace}/{group.name}: {len(group.replicas)} replica types, {pods} pods, "
         f"{gpus} GPUs, {len(group.flows)} required flows (coordinator: {group.coordinator})",
         "",
     ]
+    shown: set[str] = set()
     if decision.zones:
         rows = [["ZONE", "GPU NODES", "GPUS FREE/NEEDED", "RESERVED", "CAPACITY", "FITS", "NETWORK", "ELIGIBLE"]]
         rows += [
             [z.zone, str(z.gpu_nodes), f"{z.gpus_free}/{z.gpus_needed}", str(z.gpus_reserved), z.capacity or "-",
-             _yes(z.fits), z.network, _yes(z.eligible)]
+             fits_text(z), z.network, _yes(z.eligible)]
             for z in decision.zones
         ]
         out += _table(rows)
@@ -171,7 +210,9 @@ def render_text(
             out += ["", f"{z.zone}:"]
             for check in z.flows:
                 out += _flow_lines(check)
-            out += [f"    problem: {p}" for p in z.problems]
+            flow_problems = {describe_check(c) for c in z.flows}  # said in the flow's own lines above
+            out += [f"    problem: {p}" for p in z.problems if p not in flow_problems]
+            shown.update(z.problems)
             if z.capacity_note:
                 out.append(f"    capacity: {z.capacity_note}")
             out += [f"    reserved: {h.total} GPUs by {h.job}" for h in holds.get(z.zone, ())]
@@ -179,6 +220,7 @@ def render_text(
         out.append("no candidate zone")
     for zone, problems in sorted(decision.excluded_zones.items()):
         out += ["", f"{zone}: not a candidate"] + [f"    problem: {p}" for p in problems]
+        shown.update(problems)
     out.append("")
     if decision.allowed:
         out.append(
@@ -191,8 +233,11 @@ def render_text(
         if decision.labels:
             out.append("labels set on every replica: " + ", ".join(f"{k}={v}" for k, v in decision.labels.items()))
     else:
-        out.append("no zone works:")
-        out += [f"  - {r}" for r in decision.reasons]
+        # Only what the lead and the zones above have not said already.
+        rest = [r for r in lead.remaining_reasons(decision) if r.split(": ", 1)[-1] not in shown]
+        if rest:
+            out.append("also:")
+            out += [f"  - {r}" for r in rest]
     out += [f"warning: {w}" for w in decision.warnings]
     if decision.allowed:
         out += ["", f"patch ({len(patch)} operations):"]
@@ -228,14 +273,15 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     except (ConfigError, SnapshotError, InputError, jobs.JobError, patches.PatchError) as e:
         print(f"topoguard explain: {e}", file=err)
         return EXIT_USAGE
+    scope = webhook_scope(snapshot, group.namespace)
     agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     if args.output == "json":
-        body = {**to_json(group, decision, patch, holds), "ciliumSettings": agents.sources_json(agent)}
+        body = {**to_json(group, decision, patch, holds, scope=scope), "ciliumSettings": agents.sources_json(agent)}
         json.dump(engine.render_json(body, group.name), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        out.write(engine.render(render_text(group, decision, patch, settings, holds), group.name))
-        out.write(cilium_settings_text(agent))
+        text = engine.render(render_text(group, decision, patch, settings, holds, scope=scope), group.name)
+        out.write(text.rstrip("\n") + "\n" + cilium_settings_text(agent))
     return EXIT_CHOSEN if decision.allowed else EXIT_NONE
 
 

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from app import policy
 from app.config import Settings
-from app.engine import capacity, ledger, memo, nodes, zones
+from app.engine import capacity, lead, ledger, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
@@ -128,7 +128,7 @@ def _gpu_breakdown(group: JobGroup) -> str:
 
 
 # Every capacity problem starts with this, so validate() can tell a shortfall from a blocked path.
-CAPACITY_PREFIX = "needs "
+CAPACITY_PREFIX = lead.CAPACITY_PREFIX
 
 
 def gpus_needed(group: JobGroup) -> int:
@@ -258,6 +258,9 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
 
 def _no_candidates(run: Run, fits: Sequence[zones.ZoneFit]) -> tuple[str, ...]:
     """Why no zone can anchor the GPU replicas."""
+    if not run.index.zones and "Node" in run.snapshot.missing_kinds:
+        return ("the cluster snapshot has no Node objects, so no zone can be judged: add them "
+                "(kubectl get nodes -o yaml)",)
     if not run.index.zones:
         return (f"no Ready, schedulable node carries the zone label {run.settings.zone_label}",)
     reasons = []
@@ -321,10 +324,22 @@ def warnings_for(run: Run) -> tuple[str, ...]:
     out += [run.checker.truncated[key] for key in sorted(run.checker.truncated)]
     if run.snapshot.missing_kinds:
         out.append(f"the cluster snapshot has no {', '.join(sorted(run.snapshot.missing_kinds))}")
+    out += unreadable_gpus(run.snapshot, run.settings.gpu_resources)
     if run.checker.agent is not None and run.checker.agent.audit_mode:
         out.append("the Cilium agent runs in policy audit mode (cilium-config policy-audit-mode=true): flows its "
                    "policies would deny are only logged, so they count as allowed here")
     return tuple(out)
+
+
+def unreadable_gpus(snapshot: Snapshot, gpu_resources: Sequence[str]) -> list[str]:
+    """Nodes whose allocatable GPUs are not a quantity: counted as none, and said so."""
+    kinds = set(gpu_resources)
+    return [
+        f"node {node.name}: allocatable {resource}={value!r} is not a quantity, so it counts as 0 GPUs"
+        for node in snapshot.nodes
+        for resource, value in sorted(node.unparsable.items())
+        if resource in kinds
+    ]
 
 
 def zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = lambda problem: True) -> list[str]:
@@ -379,6 +394,11 @@ def decide_fresh(
     reasons when no zone is open and could ever hold the job (or, under capacityPolicy refuse, fits now).
     """
     run = start_run(group, snapshot, settings, strict=False, reserved=reserved, suspended=suspended)
+    return lead.with_lead(group, _decide(run))
+
+
+def _decide(run: Run) -> Decision:
+    settings, suspended = run.settings, run.suspended
     fits = fit_zones(run)
     candidates = [f for f in fits if f.anchored]
     excluded = {f.zone: f.problems for f in fits if not f.anchored}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from app.models.cluster import JobInfo, PodInfo, Snapshot, freeze
-from app.models.labels import KF_OPERATOR_NAME
+from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
 
@@ -68,12 +68,17 @@ class Ledger:
         return tuple(h for h in self.holds if h.zone == zone)
 
 
-def _bound_by_job(pods: Iterable[PodInfo], label_keys: frozenset[str]) -> dict[tuple[str, str, str], list[PodInfo]]:
-    """Bound pods per (namespace, label key, value) for the operators' job-name labels, and per
-    (namespace, OWNER_PREFIX + kind, name) for the pods whose controller is the job itself."""
+OWNER_PREFIX = "owner:"  # the controller ownerReference's kind, in `_by_job`'s keys
+# The operators' job-name pod labels (`JobInfo.pod_label` is one of these).
+JOB_POD_LABELS = frozenset({KF_JOB_NAME, JOBSET_NAME_LABEL})
+
+
+def _by_job(pods: Iterable[PodInfo], label_keys: frozenset[str]) -> dict[tuple[str, str, str], list[PodInfo]]:
+    """Non-terminal pods (bound or pending) per (namespace, label key, value) for the operators' job-name
+    labels, and per (namespace, OWNER_PREFIX + kind, name) for the pods whose controller is the job itself."""
     out: dict[tuple[str, str, str], list[PodInfo]] = defaultdict(list)
     for pod in pods:
-        if not pod.node_name or pod.terminal:
+        if pod.terminal:
             continue
         keys = [(key, value) for key in label_keys if (value := pod.labels.get(key))]
         if pod.owner[0]:
@@ -83,12 +88,33 @@ def _bound_by_job(pods: Iterable[PodInfo], label_keys: frozenset[str]) -> dict[t
     return out
 
 
-OWNER_PREFIX = "owner:"  # the controller ownerReference's kind, in `_bound_by_job`'s keys
-
-
 def _belongs(pod: PodInfo, job: JobInfo) -> bool:
     operator = pod.labels.get(KF_OPERATOR_NAME)
     return not job.operators or not operator or operator in job.operators
+
+
+def match_pods(jobs: Iterable[JobInfo], pods: Iterable[PodInfo]) -> dict[JobKey, tuple[PodInfo, ...]]:
+    """Each job's non-terminal pods, bound or pending (see the module docstring), in the snapshot's order;
+    a pod matched both by label and by owner counts once."""
+    jobs = list(jobs)
+    by_job = _by_job(pods, frozenset(j.pod_label for j in jobs))
+    out: dict[JobKey, tuple[PodInfo, ...]] = {}
+    for job in jobs:
+        by_label = [p for p in by_job.get((job.namespace, job.pod_label, job.name), ()) if _belongs(p, job)]
+        by_owner = by_job.get((job.namespace, OWNER_PREFIX + job.kind, job.name), [])
+        out[(job.kind, job.namespace, job.name)] = tuple({id(p): p for p in (*by_label, *by_owner)}.values())
+    return out
+
+
+def job_pods(snapshot: Snapshot) -> Mapping[JobKey, tuple[PodInfo, ...]]:
+    """`match_pods` over every stored job of the snapshot, built once per snapshot."""
+    return snapshot.memo(f"{LEDGER_MEMO_KEY}/pods", lambda s: MappingProxyType(match_pods(s.jobs, s.pods)))
+
+
+def is_job_pod(pod: PodInfo, job_kinds: Iterable[str]) -> bool:
+    """Whether the pod may belong to a training job: it carries an operator's job-name label, or its
+    controller is a job of one of `job_kinds` (what `match_pods` can match it by, before the job is seen)."""
+    return any(pod.labels.get(k) for k in JOB_POD_LABELS) or pod.owner[0] in job_kinds
 
 
 def reserves(job: JobInfo) -> bool:
@@ -101,13 +127,13 @@ def build_ledger(
 ) -> Ledger:
     """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
     holding = [j for j in snapshot.jobs if reserves(j)]
-    pods = _bound_by_job(snapshot.pods, frozenset(j.pod_label for j in holding))
+    pods = match_pods(holding, snapshot.pods)
     holds: list[Hold] = []
     for job in holding:
         bound: dict[str, int] = defaultdict(int)
-        by_label = [p for p in pods.get((job.namespace, job.pod_label, job.name), ()) if _belongs(p, job)]
-        by_owner = pods.get((job.namespace, OWNER_PREFIX + job.kind, job.name), [])
-        for pod in {id(p): p for p in (*by_label, *by_owner)}.values():  # a pod matched both ways counts once
+        for pod in pods[(job.kind, job.namespace, job.name)]:
+            if not pod.node_name:
+                continue  # a pending pod holds nothing yet: the reservation covers it
             for resource, count in pod.requests.items():
                 bound[resource] += count
         left = {r: job.demand.get(r, 0) - bound[r] for r in gpu_resources}

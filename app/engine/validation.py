@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.config import Settings
-from app.engine import ledger, nodes, zones
+from app.engine import lead, ledger, nodes, zones
 from app.engine.decide import (
     CAPACITY_PREFIX,
     Run,
@@ -85,6 +85,11 @@ def validate_fresh(
     shortfall is only a warning here: the pods would wait, not break.
     """
     run = start_run(group, snapshot, settings, strict=True, reserved=reserved, suspended=suspended)
+    return lead.with_lead(group, _validate(run))
+
+
+def _validate(run: Run) -> Decision:
+    group, settings = run.group, run.settings
     fits = fit_zones(run)
     zones_of = zones.replica_zones(fits)
     common = [f for f in fits if all(f.zone in zones_of[r.key] for r in group.replicas)]

@@ -36,6 +36,7 @@ Enforcement is the setting `enforcement`, overridden by the Namespace label
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from pydantic import ValidationError
 
 from app import engine, jobs
 from app.config import Settings
-from app.engine import patches
+from app.engine import lead, patches
 from app.http import responses
 from app.http.inflight import InFlight
 from app.jobs import status as job_status
@@ -91,6 +92,9 @@ class Outcome:
     kind: str
     decision: Decision | None
     dry_run: bool = False
+    # The job asked to be skipped (`topoguard.io/skip: "true"`): "honoured" or "ignored" (namespace does not
+    # allow it); "" when it did not ask. Counted in topoguard_skip_requests_total.
+    skip: str = ""
 
 
 def parse_review(body: Any) -> ReviewRequest:
@@ -271,11 +275,12 @@ class Prepared:
     """
 
     def __init__(self, request: ReviewRequest, kind: str, step: Outcome | Callable[[], Outcome], *,
-                 cheap: bool = True) -> None:
+                 cheap: bool = True, skip_ignored: str = "") -> None:
         self.request = request
         self.kind = kind
         self.cheap = cheap
         self._step = step
+        self._skip_ignored = skip_ignored  # the warning for a skip request the namespace does not allow
 
     def result(self) -> Outcome:
         """The outcome; raises engine.DeadlineExceeded when the decision ran past its deadline (the caller
@@ -286,9 +291,18 @@ class Prepared:
             raise
         except Exception as e:
             outcome = _internal_error(self.request, self.kind, e)
+        if self._skip_ignored:
+            outcome = _with_warning(outcome, self._skip_ignored)
         if self.request.dry_run:
-            outcome = Outcome(outcome.review, outcome.outcome, outcome.kind, outcome.decision, dry_run=True)
+            outcome = dataclasses.replace(outcome, dry_run=True)
         return outcome
+
+
+def _with_warning(outcome: Outcome, warning: str) -> Outcome:
+    """`outcome` with `warning` first among its warnings, marked as an ignored skip request."""
+    response = dict(outcome.review.get("response") or {})
+    response["warnings"] = responses.bound_warnings([warning, *(response.get("warnings") or [])])
+    return dataclasses.replace(outcome, review={**outcome.review, "response": response}, skip="ignored")
 
 
 def prepare(
@@ -337,6 +351,58 @@ def _prepare(
         return done(Outcome(responses.allowed(uid), "skipped", kind, None))
     namespace = request.namespace or str(_mapping(obj.get("metadata")).get("namespace") or "")
     subject = _subject(obj, kind, namespace, request.name)
+    skip_ignored = ""
+    if _asks_to_skip(obj):
+        if _allows_skip(snapshot, namespace):
+            return done(_skipped(request, obj, namespace, operation))
+        skip_ignored = (f"topoguard: {labels.SKIP_ANNOTATION}=true ignored: namespace {namespace or '(none)'} is not "
+                        f"labelled {labels.ALLOW_SKIP_LABEL}=true, so {subject} is checked as usual")
+    prepared = _prepare_checked(request, snapshot, settings, operation, cache_problem, kind, in_flight,
+                                namespace=namespace, subject=subject)
+    prepared._skip_ignored = skip_ignored
+    return prepared
+
+
+def _asks_to_skip(obj: Mapping[str, Any]) -> bool:
+    """The job's annotation `topoguard.io/skip: "true"` (an annotation: it says something about the job to
+    tools, it selects nothing; labels on a job are for selectors)."""
+    return _mapping(_mapping(obj.get("metadata")).get("annotations")).get(labels.SKIP_ANNOTATION) == "true"
+
+
+def _allows_skip(snapshot: Snapshot, namespace: str) -> bool:
+    return bool(namespace) and snapshot.namespace_labels(namespace).get(labels.ALLOW_SKIP_LABEL) == "true"
+
+
+def _skipped(request: ReviewRequest, obj: Mapping[str, Any], namespace: str, operation: Operation) -> Outcome:
+    """A skip the namespace allows: admitted unchecked, and (mutating) the decision annotation says so, so the
+    bypass is visible on the job; an annotation that says so already is left as it is (no patch)."""
+    value = f"skipped: {labels.SKIP_ANNOTATION}=true, allowed by namespace {namespace} ({labels.ALLOW_SKIP_LABEL}=true)"
+    annotations = _mapping(_mapping(obj.get("metadata")).get("annotations"))
+    ops: list[dict[str, Any]] = []
+    if operation == "mutate" and annotations.get(labels.DECISION_ANNOTATION) != value:
+        path = "/metadata/annotations/" + labels.DECISION_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        ops = [{"op": "add", "path": path, "value": value}]
+    review = responses.allowed(request.uid, patch=ops, audit={"outcome": "skipped", "skip": "honoured"})
+    return Outcome(review, "skipped", str(obj.get("kind", "")), None, skip="honoured")
+
+
+def _prepare_checked(
+    request: ReviewRequest,
+    snapshot: Snapshot,
+    settings: Settings,
+    operation: Operation,
+    cache_problem: str | None,
+    kind: str,
+    in_flight: InFlight | None,
+    *,
+    namespace: str,
+    subject: str,
+) -> Prepared:
+    uid, obj = request.uid, request.obj or {}  # _prepare answered a request without an object already
+
+    def done(outcome: Outcome) -> Prepared:
+        return Prepared(request, kind, outcome)
+
     warn = _enforcement(snapshot, namespace, settings) == "warn"
     try:
         group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits,
@@ -434,13 +500,18 @@ def _ours_to_place(request: ReviewRequest, obj: Mapping[str, Any], snapshot: Sna
 
 def _refusal(uid: str, subject: str, kind: str, decision: Decision, *, warn: bool, job_name: str) -> Outcome:
     """No zone qualifies: refuse with 403 and the per-zone reasons, or admit unchanged with warnings."""
-    reasons = [engine.render(r, job_name) for r in decision.reasons] or ["no zone qualifies"]
+    lead_text = engine.render(decision.lead or "no zone qualifies", job_name)
+    rest = [engine.render(r, job_name) for r in lead.remaining_reasons(decision)]
     warnings = [engine.render(w, job_name) for w in decision.warnings]
     if warn:
-        summary = f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn)"
-        review = responses.allowed(uid, warnings=[summary, *reasons, *warnings], audit=_audit(decision, "warned"))
+        # The first warning says where the rest is: the apiserver keeps 12 of at most 256 characters each.
+        summary = (f"topoguard: {subject} cannot run in one open zone; admitted unchanged (enforcement=warn); "
+                   "the next warning says why, `topoguard explain` shows every zone and flow")
+        review = responses.allowed(uid, warnings=[summary, lead_text, *rest, *warnings],
+                                   audit=_audit(decision, "warned"))
         return Outcome(review, "warned", kind, decision)
-    message = f"topoguard: {subject} cannot run in one open zone: " + "; ".join(reasons)
+    more = f" Also: {'; '.join(rest)}" if rest else ""
+    message = f"topoguard: {subject} cannot run in one open zone: {lead_text}.{more}"
     review = responses.refused(uid, code=403, message=message, warnings=warnings, audit=_audit(decision, "denied"))
     return Outcome(review, "denied", kind, decision)
 
@@ -451,8 +522,7 @@ def _audit(decision: Decision, outcome: OutcomeName) -> dict[str, str]:
 
 
 def _opted_in(snapshot: Snapshot, namespace: str) -> bool:
-    known = snapshot.namespaces.get(namespace) if namespace else None
-    return known is None or known.labels.get(labels.ENABLED_LABEL) == "true"
+    return snapshot.opted_in(namespace)
 
 
 def _enforcement(snapshot: Snapshot, namespace: str, settings: Settings) -> str:

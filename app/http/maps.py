@@ -1,5 +1,5 @@
-"""The zone map: `GET /map` (zones, GPU capacity, a namespace's policies and open paths) and `POST /map`
-(one job's per-zone table).
+"""The zone map: `GET /map` (zones, GPU capacity, the running training jobs' audit, a namespace's policies
+and open paths) and `POST /map` (one job's per-zone table).
 
 Kept apart from the review endpoints (routes.py): the map is a debugging surface for people, not the
 apiserver's hot path. It shows namespace labels, policy names and selector values, so it is served
@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app import engine, jobs, policy
 from app.config import Settings
-from app.engine import capacity, ledger
+from app.engine import audit, capacity, ledger
 from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
@@ -139,6 +139,8 @@ def build_map(state: AppState, *, namespace: str | None = None, job: Any = None)
         "revision": snapshot.revision,
         "zoneLabel": settings.zone_label,
         "zones": [{"zone": zone, **info} for zone, info in zones.items()],
+        # The running training jobs in audit.scope (app/engine/audit.py), computed once per snapshot.
+        "jobs": [a.to_json() for a in audit.audit_memoized(snapshot, settings)],
     }
     if problem:
         out["cacheProblem"] = problem

@@ -15,6 +15,7 @@ Kubernetes conventions followed (Dynamic Admission Control docs):
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -48,11 +49,35 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+# A policy named in a message: its kind, then one or more `namespace/name [rule]` (engine/flows.py, lead.py).
+_POLICY_REF = re.compile(
+    r"(?:CiliumClusterwideNetworkPolicy|CiliumNetworkPolicy|NetworkPolicy) "
+    r"[\w.-]+(?:/[\w.-]+)?(?: \w+(?:\.\w+)*\[\d+\])?(?:, [\w.-]+/[\w.-]+(?: \w+(?:\.\w+)*\[\d+\])?)*"
+)
+
+
+def clip_keeping_policies(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters by cutting the explanation, never a policy name: the policies the
+    kept part no longer names are listed after the cut (`… [CiliumNetworkPolicy ml/a]`). Only when
+    the policy names alone do not fit are they cut too."""
+    if len(text) <= limit:
+        return text
+    refs = list(dict.fromkeys(m.group(0) for m in _POLICY_REF.finditer(text)))
+    for end in range(limit - 1, 0, -1):
+        head = text[:end].rstrip()
+        missing = [r for r in refs if r not in head]
+        tail = f" [{'; '.join(missing)}]" if missing else ""
+        if len(head) + 1 + len(tail) <= limit:
+            return f"{head}…{tail}"
+    return clip(text, limit)
+
+
 def bound_warnings(warnings: Iterable[str]) -> list[str]:
-    """Non-empty, de-duplicated warnings, each at most 256 characters, at most MAX_WARNINGS of them."""
+    """Non-empty, de-duplicated warnings, each at most 256 characters (cut in the explanation, keeping
+    the policy names), at most MAX_WARNINGS of them; past that the last one says how many more."""
     out: list[str] = []
     for w in warnings:
-        w = clip(" ".join(w.split()), WARNING_MAX_CHARS)
+        w = clip_keeping_policies(" ".join(w.split()), WARNING_MAX_CHARS)
         if w and w not in out:
             out.append(w)
     if len(out) > MAX_WARNINGS:

@@ -166,6 +166,7 @@ class _Answered:
     body: bytes
     outcome: str
     decision: Decision | None
+    skip: str = ""  # admission.Outcome.skip
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ class _Undecided:
 
 
 def _encode(outcome: admission.Outcome) -> _Answered:
-    return _Answered(orjson.dumps(outcome.review), outcome.outcome, outcome.decision)
+    return _Answered(orjson.dumps(outcome.review), outcome.outcome, outcome.decision, outcome.skip)
 
 
 def _read(state: AppState, operation: Operation, body: bytes, held: _Held
@@ -312,6 +313,8 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     await _send(send, 200, answered.body, close=state.draining)
     kind = request.kind.kind if request.kind.kind in KNOWN_KINDS else "other"
     metrics.record_review(operation=operation, kind=kind, outcome=answered.outcome, duration_seconds=duration)
+    if answered.skip:
+        metrics.record_skip(answered.skip)
     decision = answered.decision
     if decision is not None:
         reasons, blocked = decision_metrics(state, decision)

@@ -11,6 +11,8 @@ Public API (the engine and HTTP layers use exactly these names):
   `UnsupportedKindError`, `InvalidJobError` (every malformed field, with its path), `JobLimitError`
   (a job larger than `limits`, checked before its flows are built) or, for a TrainJob whose runtime is
   not among `runtimes`, `MissingRuntimeError`; never anything else.
+- `job_shape(raw, *, gpu_resources, limits=Limits(), runtimes=None)` → `JobShape` (a stored job's replica types
+  and required flows, for the audit); a job `parse_job` refuses gets a shape whose `problem` says why.
 - `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (the
   caller's working copy of the job, which it then edits and diffs into a JSON Patch). Idempotent.
 """
@@ -28,10 +30,11 @@ from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKi
 from app.jobs.limits import JobLimitError
 from app.jobs.pointers import ensure_object, escape_json_pointer
 from app.jobs.runtimes import MissingRuntimeError
+from app.jobs.shapes import shape_of
 from app.jobs.templates import is_object, type_name
 from app.jobs.trainjob import unsuspends
 from app.models.cluster import RuntimeKey, TrainingRuntimeInfo
-from app.models.job import JobGroup
+from app.models.job import JobGroup, JobShape
 
 __all__ = [
     "SUPPORTED",
@@ -42,6 +45,7 @@ __all__ = [
     "MissingRuntimeError",
     "UnsupportedKindError",
     "escape_json_pointer",
+    "job_shape",
     "parse_job",
     "prepare_templates",
     "unsuspends",
@@ -107,6 +111,22 @@ def parse_job(
         group = parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
     limits_.check_group(group, limits)
     return group
+
+
+def job_shape(
+    raw: Mapping[str, Any],
+    *,
+    gpu_resources: Sequence[str],
+    limits: Limits = DEFAULT_LIMITS,
+    runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] | None = None,
+) -> JobShape:
+    """The replica types and required flows of a stored job (`parse_job`'s group, `shapes.shape_of`), for the
+    audit; a job that cannot be parsed gets a shape that says why (`JobShape.problem`), never an exception."""
+    try:
+        group = parse_job(raw, gpu_resources=gpu_resources, limits=limits, runtimes=runtimes)
+    except JobError as e:
+        return JobShape(problem=str(e))
+    return shape_of(group)
 
 
 def prepare_templates(doc: dict[str, Any], group: JobGroup) -> None:

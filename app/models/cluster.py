@@ -11,7 +11,12 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from app.models.labels import ENABLED_LABEL
+
+if TYPE_CHECKING:  # NB: app.models.job imports this module (ContainerPort)
+    from app.models.job import JobShape
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -62,6 +67,9 @@ class NodeInfo:
     allocatable: Mapping[str, int]  # extended resources only, whole units (e.g. nvidia.com/gpu: 8)
     ready: bool
     unschedulable: bool
+    # Extended resources whose allocatable quantity is not a number (`nvidia.com/gpu: "eight"`), as
+    # written: counted as 0 in `allocatable` and reported (engine warnings), never silently.
+    unparsable: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pod_cidrs: tuple[str, ...] = ()  # spec.podCIDRs (else spec.podCIDR): the pod IP ranges of the node
 
 
@@ -175,6 +183,11 @@ class JobInfo:
     created: str  # metadata.creationTimestamp as written ("" when absent)
     pod_label: str
     operators: tuple[str, ...] = ()
+    # The replica types and required flows the audit checks between the job's pods (parsed from the
+    # job when it is projected); None when they are composed later: a TrainJob's come from its runtime,
+    # which the snapshot holds (`source` is then the TrainJob as written, metadata and spec only).
+    shape: JobShape | None = None
+    source: Mapping[str, Any] | None = None
 
     @property
     def ref(self) -> str:
@@ -219,6 +232,12 @@ class Snapshot:
             if key not in self._memo:
                 self._memo[key] = build(self)
             return self._memo[key]  # type: ignore[no-any-return]
+
+    def opted_in(self, namespace: str) -> bool:
+        """Whether topoguard handles `namespace`'s jobs: labelled `topoguard.io/enabled=true`, or not in the
+        snapshot at all (the webhook's namespaceSelector already chose it)."""
+        known = self.namespaces.get(namespace) if namespace else None
+        return known is None or known.labels.get(ENABLED_LABEL) == "true"
 
     def namespace_labels(self, name: str) -> Mapping[str, str]:
         ns = self.namespaces.get(name)

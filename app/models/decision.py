@@ -64,3 +64,7 @@ class Decision:
     split: bool = False
     # The chosen zone's capacity: "now" (fits its free GPUs) or "wait" (pinned there to wait Pending).
     capacity: str = ""
+    # One sentence an ML engineer understands first: what will go wrong (or where the job goes) and the
+    # smallest fix (engine/lead.py); `lead_covers`: the zone problems it states, not repeated after it.
+    lead: str = ""
+    lead_covers: tuple[str, ...] = ()

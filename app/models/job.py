@@ -93,3 +93,42 @@ class JobGroup:
             if r.key == key:
                 return r
         raise KeyError(key)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleShape:
+    """One replica type of a stored job as the audit reads its pods (a few strings, not the template)."""
+
+    key: str  # the replica key as written ("Worker", a replicatedJob name)
+    role: str  # the operator's lower-case replica type
+    # The operator labels that tell this replica type's pods from the job's others
+    # (`training.kubeflow.org/replica-type=worker`, MPI v2's `job-role=worker`, JobSet's
+    # `replicatedjob-name=node`); () when the job has no other replica type to tell it from.
+    selector: tuple[tuple[str, str], ...]
+    count: int
+    coordinator: bool = False
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.selector)
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """What the audit needs of a stored job's `JobGroup`: its replica types and required flows.
+
+    Kept with the stored job (`JobInfo.shape`) instead of the job itself; `problem` says why the
+    flows could not be derived (the job's own error, word for word), and then roles and flows are empty.
+    """
+
+    roles: tuple[RoleShape, ...] = ()
+    flows: tuple[Flow, ...] = ()
+    problem: str = ""
+
+    def role_of(self, labels: Mapping[str, str]) -> RoleShape | None:
+        """The replica type a pod with these labels belongs to (the most specific selector wins)."""
+        found: RoleShape | None = None
+        for role in self.roles:
+            if role.selects(labels) and (found is None or len(role.selector) > len(found.selector)):
+                found = role
+        return found
+

@@ -5,6 +5,9 @@ from __future__ import annotations
 # Namespace opt-in and per-namespace overrides.
 ENABLED_LABEL = "topoguard.io/enabled"
 ENFORCEMENT_LABEL = "topoguard.io/enforcement"
+# Per-job opt-out: the job's annotation asks, the namespace's label allows (docs/operations.md "Opting a job out").
+SKIP_ANNOTATION = "topoguard.io/skip"
+ALLOW_SKIP_LABEL = "topoguard.io/allow-skip"
 
 # What topoguard writes on the job.
 ZONE_ANNOTATION = "topoguard.io/zone"

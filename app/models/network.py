@@ -62,6 +62,9 @@ class Reason:
     policy: str = ""
     kind: str = ""  # CiliumNetworkPolicy | CiliumClusterwideNetworkPolicy | NetworkPolicy
     rule: str = ""  # e.g. "egress[1]" or "specs[0].ingressDeny[0]"
+    # default-deny only: the flow's ports that some rule of this side does allow the peer (`23456/TCP`),
+    # "" when none; what a message names instead of the whole closed range.
+    open_ports: str = ""
 
 
 @dataclass(frozen=True)

@@ -523,7 +523,8 @@ def _judge_normal(side: _Side, coverage: _Coverage, span: portsets.Interval, pro
     baseline, still = tiers.resolve(uncovered, coverage.baseline) if coverage.baseline else ([], uncovered)
     pieces = [_tier_verdict(side, piece, protocol) for piece in baseline]
     if enforced and still:
-        pieces.append(SideVerdict("deny", _default_deny_reasons(side, enforcing, still, protocol)))
+        opened = portsets.intersect(span, [h.span for h in coverage.allow + coverage.allow_conditional])
+        pieces.append(SideVerdict("deny", _default_deny_reasons(side, enforcing, still, protocol, opened)))
     if any(p.verdict == "deny" for p in pieces):
         return _merge(pieces)
     unsure = _hits_in(span, coverage.deny_maybe)
@@ -609,16 +610,20 @@ def _uncertain_reason(side: _Side, rule: Rule) -> Reason:
 
 
 def _default_deny_reasons(
-    side: _Side, enforcing: list[Rule], gaps: list[portsets.Interval], protocol: str
+    side: _Side, enforcing: list[Rule], gaps: list[portsets.Interval], protocol: str,
+    opened: list[portsets.Interval],
 ) -> tuple[Reason, ...]:
+    """`opened`: the flow's ports some rule does allow this peer (`Reason.open_ports`, "" when none), so a
+    message can say "allows them only 23456/TCP" instead of naming the whole closed range."""
     closed = portsets.show(gaps, protocol)
+    open_ports = portsets.show(opened, protocol) if opened else ""
     if not enforcing:
         message = f"{side.title}: policy enforcement mode is always and no rule allows {closed}"
-        return (Reason(side.direction, "default-deny", message),)
+        return (Reason(side.direction, "default-deny", message, open_ports=open_ports),)
     return tuple(
         Reason(side.direction, "default-deny",
                f"{side.title}: this rule puts {side.direction} into default-deny and no rule allows {closed}",
-               rule.policy, rule.kind, rule.path)
+               rule.policy, rule.kind, rule.path, open_ports=open_ports)
         for rule in enforcing
     )
 

@@ -153,7 +153,8 @@ def test_cluster_network_policy_counts_as_the_agent_config_says(
                   "spec": {"tier": "Admin", "priority": 10,
                            "subject": {"namespaces": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
                            "ingress": [{"name": "nobody", "action": "Deny", "from": [{"namespaces": {}}]}]}}
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+    config = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "cilium-config", "namespace": "kube-system"},
               "data": {"enable-k8s-cluster-network-policy": "true"}}
     cluster.create(quarantine)
     try:

@@ -94,12 +94,17 @@ def mutated_reviews(draw: st.DrawFn) -> dict[str, Any]:
         try:
             for step in path[:-1]:
                 parent = parent[step]
+            key = path[-1]
+            # An earlier mutation may have turned a list into a dict (or back): a list index must not
+            # become a dict key (JSON has only string keys, orjson refuses others), nor a key an index.
+            fits = (isinstance(parent, dict) and isinstance(key, str)) or (
+                isinstance(parent, list) and isinstance(key, int) and key < len(parent))
+            if not fits:
+                continue
             if draw(st.booleans()):
-                parent[path[-1]] = draw(json_values)
-            elif isinstance(parent, dict):
-                parent.pop(path[-1], None)
-            elif isinstance(parent, list) and path[-1] < len(parent):
-                parent.pop(path[-1])
+                parent[key] = draw(json_values)
+            else:
+                parent.pop(key)
         except (KeyError, IndexError, TypeError):
             continue  # an earlier mutation removed or retyped this path
     return review
@@ -157,3 +162,11 @@ def test_other_content_types_get_415(client: Client, content_type: str) -> None:
         return  # not expressible as an HTTP header value; nothing reaches the server
     assert got.status_code == 415
     check_answer(got.status_code, got.content, None)
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(review=mutated_reviews())
+def test_mutations_keep_json_string_keys(review: dict[str, Any]) -> None:
+    """A list replaced by a dict, then mutated at a list index, must not give the dict an integer key."""
+    orjson.dumps(review)  # raises JSONEncodeError on a key that is not a string

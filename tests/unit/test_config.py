@@ -49,7 +49,7 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, fragment: str) -
 
 
 def test_bad_environment_value_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="zone_strategy"):
+    with pytest.raises(ConfigError, match="zoneStrategy"):
         load_settings(environ={"TOPOGUARD_ZONE_STRATEGY": "random"})
 
 
@@ -65,7 +65,7 @@ def test_capacity_keys_default_and_come_from_the_file_and_the_environment(tmp_pa
     assert (Settings().capacity_policy, Settings().extended_resource_toleration) == ("wait", False)
     got = load_settings(path, environ={"TOPOGUARD_EXTENDED_RESOURCE_TOLERATION": "true"})
     assert (got.capacity_policy, got.extended_resource_toleration) == ("refuse", True)
-    with pytest.raises(ConfigError, match="capacity_policy"):
+    with pytest.raises(ConfigError, match="capacityPolicy"):
         load_settings(environ={"TOPOGUARD_CAPACITY_POLICY": "later"})
 
 

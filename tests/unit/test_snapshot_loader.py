@@ -221,9 +221,9 @@ def test_pod_defaults(obj: dict[str, Any], want: tuple[Any, ...]) -> None:
             id="a non-object document is named by number",
         ),
         pytest.param(
-            {"bad.yaml": "metadata: {name: x}\n"},
-            "bad.yaml document 1: object has no kind",
-            id="an object without kind",
+            {"bad.yaml": "kind: Pod\n---\nmetadata: {name: x}\n"},
+            "bad.yaml document 2: object has no kind",
+            id="an object without kind beside Kubernetes objects",
         ),
         pytest.param(
             {"bad.yaml": "kind: List\nitems: [1]\n"},
@@ -345,3 +345,34 @@ def test_training_jobs_are_kept_as_compact_projections(tmp_path: Path) -> None:
         ("JobSet ml/js", "zone-b", {"nvidia.com/gpu": 16}, 8, True, False, ""),
         ("TrainJob ml/tj", "", {"nvidia.com/gpu": 24}, 3, False, True, "2026-12-01T10:00:00Z"),
     ]  # the JobSet a TrainJob owns is the TrainJob's (it holds its GPUs), not a job of its own
+
+
+def test_a_directory_file_that_is_no_kubernetes_object_is_skipped_with_a_note(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([NODE, NAMESPACE]))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"zoneIdentityLabel": "zone", "mode": "pin"}))
+    notes: list[str] = []
+    snap = load_snapshot(tmp_path, note=notes.append)
+    assert [n.name for n in snap.nodes] == ["gpu-1"]
+    assert notes == [f"{tmp_path / 'config.yaml'}: not a Kubernetes object (no kind), skipped"]
+
+
+def test_the_same_file_named_directly_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"zoneIdentityLabel": "zone"}))
+    with pytest.raises(SnapshotError, match="object has no kind"):
+        load_snapshot(path)
+
+
+def test_a_snapshot_without_nodes_says_nodes_are_missing(tmp_path: Path) -> None:
+    (tmp_path / "ns.yaml").write_text(yaml.safe_dump(NAMESPACE))
+    assert load_snapshot(tmp_path).missing_kinds == ("Node",)
+    (tmp_path / "node.yaml").write_text(yaml.safe_dump(NODE))
+    assert load_snapshot(tmp_path).missing_kinds == ()
+
+
+@pytest.mark.parametrize("value", ["eight", "8x", [8], "nan", "inf"])
+def test_an_unparsable_gpu_allocatable_is_kept_to_be_reported(value: Any) -> None:
+    node = {**NODE, "status": {**NODE["status"], "allocatable": {"nvidia.com/gpu": value}}}  # type: ignore[dict-item]
+    (got,) = build_snapshot([node]).nodes
+    assert got.allocatable["nvidia.com/gpu"] == 0
+    assert dict(got.unparsable) == {"nvidia.com/gpu": str(value)}

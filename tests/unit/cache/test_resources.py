@@ -61,17 +61,35 @@ def test_cidr_groups_fall_back_to_v2alpha1() -> None:
     assert groups.api_versions == ("cilium.io/v2", "cilium.io/v2alpha1")
 
 
-def test_pods_are_filtered_by_the_apiserver_to_bound_non_terminal_ones() -> None:
+def test_pods_are_filtered_by_the_apiserver_to_non_terminal_ones() -> None:
     (pods,) = [r for r in resources.build_resources(Settings()) if r.kind == "Pod"]
 
-    assert pods.field_selector == "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+    # Pending pods too: the audit counts a training job's pending pods (zone-closed).
+    assert pods.field_selector == "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def pod(limits: dict[str, str], *, init: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeName": "n1", "containers": [{"name": "c", "resources": {"limits": limits}}]}
+def pod(
+    limits: dict[str, str],
+    *,
+    init: dict[str, str] | None = None,
+    node: str = "n1",
+    labels: dict[str, str] | None = None,
+    owner: str = "",
+    phase: str = "Running",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if node:
+        spec["nodeName"] = node
     if init:
         spec["initContainers"] = [{"name": "i", "resources": {"limits": init}}]
-    return {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec, "status": {"phase": "Running"}}
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns", "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": owner, "name": "j", "controller": True}]
+    return {"kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+KF_POD = {"training.kubeflow.org/job-name": "train", "training.kubeflow.org/replica-type": "master"}
+JOBSET_POD = {"jobset.sigs.k8s.io/jobset-name": "train", "jobset.sigs.k8s.io/replicatedjob-name": "node"}
 
 
 @pytest.mark.parametrize(
@@ -85,6 +103,20 @@ def pod(limits: dict[str, str], *, init: dict[str, str] | None = None) -> dict[s
                      id="any configured GPU kind keeps the pod"),
         pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, init={"nvidia.com/gpu": "1"}), True,
                      id="an init container holding a GPU keeps the pod"),
+        pytest.param(("nvidia.com/gpu",), pod({"nvidia.com/gpu": "1"}, node=""), False,
+                     id="a pending GPU pod of no training job is not kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, labels=KF_POD), True,
+                     id="a CPU-only kubeflow coordinator is kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, labels=KF_POD, node="", phase="Pending"), True,
+                     id="a pending kubeflow pod is kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, labels=JOBSET_POD, node="", phase="Pending"), True,
+                     id="a pending JobSet or TrainJob pod is kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, owner="PyTorchJob"), True,
+                     id="a pod a training job controls is kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, owner="ReplicaSet", labels={"app": "web"}), False,
+                     id="a pod of another controller is not kept"),
+        pytest.param(("nvidia.com/gpu",), pod({"cpu": "1"}, labels=KF_POD, phase="Succeeded"), False,
+                     id="a finished training pod is not kept"),
     ],
 )
 def test_which_pods_are_kept(gpu_resources: tuple[str, ...], obj: dict[str, Any], kept: bool) -> None:

@@ -51,18 +51,26 @@ def test_lab_job_json_map_chooses_zone_a_with_the_patch() -> None:
 def test_lab_job_without_identity_label_exits_1_with_the_fix() -> None:
     code, out, _ = explain(str(LAB_JOB), "--cluster", str(LAB_CLUSTER))
     assert code == 1
-    assert "set zoneIdentityLabel: zone" in out
-    assert "Worker → Master TCP/23456 (pytorchjob-port) is blocked" in out
+    first = out.splitlines()[0]
+    assert first.startswith("Refused: Rendezvous traffic (TCP 23456) and NCCL/Gloo collective traffic (every TCP port) "
+                            "between the Worker pods and the Master pod are blocked in zone-a")
+    assert "smallest fix: Master carries the static label zone=zone-b" in first
+    assert "set zoneIdentityLabel: zone" in first
+    # Said once: the flow lines show each verdict, and neither the lead's finding nor the hint is repeated.
+    assert "Worker → Master TCP/23456 (pytorchjob-port) is blocked" not in out
+    assert out.count("carries the static label") == 2  # the lead, and the zone's own problem line
 
 
 def test_text_map_has_the_zone_table_and_the_choice() -> None:
     code, out, _ = explain(str(LAB_JOB), "--cluster", str(LAB_CLUSTER), "--config", str(LAB_CONFIG))
     assert code == 0
     lines = out.splitlines()
-    assert lines[2].split() == [
+    assert lines[0] == ("Admitted: The job goes to zone-a: all 4 required flows are open there and 8 free GPUs "
+                        "cover the 4 it needs.")
+    assert lines[4].split() == [
         "ZONE", "GPU", "NODES", "GPUS", "FREE/NEEDED", "RESERVED", "CAPACITY", "FITS", "NETWORK", "ELIGIBLE"
     ]
-    assert lines[3].split() == ["zone-a", "2", "8/4", "0", "now", "yes", "allow", "yes"]
+    assert lines[5].split() == ["zone-a", "2", "8/4", "0", "now", "yes", "allow", "yes"]
     assert "chosen zone: zone-a (zoneStrategy most-free, mode pin, capacity=now, capacityPolicy wait)" in lines
 
 
@@ -172,3 +180,80 @@ def test_missing_cluster_exits_2(tmp_path: Path) -> None:
     code, out, err = explain(str(LAB_JOB), "--cluster", str(tmp_path / "nope.yaml"))
     assert (code, out) == (2, "")
     assert "no such file or directory" in err
+
+
+
+
+def _lab_with(tmp_path: Path, transform) -> Path:  # type: ignore[no-untyped-def]
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(LAB_CLUSTER.read_text()) if d]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([d for d in map(transform, docs) if d is not None]))
+    return path
+
+
+def test_a_namespace_not_opted_in_is_said_first_and_the_analysis_still_follows(tmp_path: Path) -> None:
+    def drop_opt_in(doc):  # type: ignore[no-untyped-def]
+        if doc["kind"] == "Namespace":
+            doc["metadata"]["labels"].pop("topoguard.io/enabled", None)
+        return doc
+
+    cluster = _lab_with(tmp_path, drop_opt_in)
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(cluster), "--config", str(LAB_CONFIG))
+    lines = out.splitlines()
+    assert lines[0] == "note: the webhook will not review this job: namespace ml-demo lacks topoguard.io/enabled=true"
+    assert lines[1].startswith("Admitted: The job goes to zone-a")
+    assert code == 0
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(cluster), "--config", str(LAB_CONFIG), "-o", "json")
+    assert json.loads(out)["webhookReviews"] is False
+
+
+def test_a_snapshot_without_nodes_names_the_missing_kind(tmp_path: Path) -> None:
+    cluster = _lab_with(tmp_path, lambda doc: None if doc["kind"] == "Node" else doc)
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(cluster))
+    assert code == 1
+    assert out.splitlines()[0] == (
+        "Refused: No zone can run the job's GPU pods: the cluster snapshot has no Node objects, so no zone can be "
+        "judged: add them (kubectl get nodes -o yaml)."
+    )
+    assert "warning: the cluster snapshot has no Node" in out
+    assert "carries the zone label" not in out
+
+
+def test_fits_says_no_capacity_apart_from_cannot_run_here(tmp_path: Path) -> None:
+    def shrink(doc):  # type: ignore[no-untyped-def]
+        if doc["kind"] == "Node" and "nvidia.com/gpu" in doc["status"]["allocatable"]:
+            doc["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+        return doc
+
+    cluster = _lab_with(tmp_path, shrink)
+    config = tmp_path / "config.yaml"
+    config.write_text(LAB_CONFIG.read_text() + "\ncapacityPolicy: refuse\n")
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(cluster), "--config", str(config))
+    assert code == 1
+    row = next(line for line in out.splitlines() if line.startswith("zone-a  "))
+    assert "no capacity" in row
+    assert out.splitlines()[0].startswith("Refused: There are not enough GPUs for the job in any open zone")
+
+    import yaml
+
+    job = yaml.safe_load(LAB_JOB.read_text())
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] = {"pool": "nowhere"}
+    pinned = tmp_path / "job.yaml"
+    pinned.write_text(yaml.safe_dump(job))
+    code, out, _ = explain(str(pinned), "--cluster", str(LAB_CLUSTER), "--config", str(LAB_CONFIG), "-o", "json")
+    assert code == 1
+    assert {z["zone"]: z["fitsText"] for z in json.loads(out)["zones"]} == {"zone-a": "cannot run here"}
+
+
+def test_an_unparsable_gpu_allocatable_is_reported(tmp_path: Path) -> None:
+    def garble(doc):  # type: ignore[no-untyped-def]
+        if doc["kind"] == "Node" and doc["metadata"]["name"] == "gpu-a-2":
+            doc["status"]["allocatable"]["nvidia.com/gpu"] = "four"
+        return doc
+
+    cluster = _lab_with(tmp_path, garble)
+    code, out, _ = explain(str(LAB_JOB), "--cluster", str(cluster), "--config", str(LAB_CONFIG))
+    assert code == 0
+    assert "warning: node gpu-a-2: allocatable nvidia.com/gpu='four' is not a quantity, so it counts as 0 GPUs" in out

@@ -296,7 +296,8 @@ def test_answer_applies_the_decision_and_enforcement(
     if want_outcome == "warned":
         assert "patch" not in response and "status" not in response
         assert response["warnings"][0] == ("topoguard: PyTorchJob ml/train cannot run in one open zone; "
-                                           "admitted unchanged (enforcement=warn)")
+                                           "admitted unchanged (enforcement=warn); the next warning says why, "
+                                               "`topoguard explain` shows every zone and flow")
         assert any("zone-a" in w for w in response["warnings"][1:])
         assert all(len(w) <= 256 for w in response["warnings"])
     if want_outcome == "unchanged":

@@ -128,3 +128,19 @@ def test_the_wire_form_is_what_the_models_dump(
     wire = AdmissionReview(response=want).to_wire()
     assert got == wire
     assert orjson.dumps(got) == orjson.dumps(wire)
+
+
+def test_a_long_warning_is_cut_in_the_explanation_never_in_the_policy_name() -> None:
+    policy = "CiliumNetworkPolicy research/llm-rendezvous-only ingress[0]"
+    text = "collective traffic between the Worker pods is blocked: " + "x " * 150 + f"because {policy} allows 23456/TCP"
+    (got,) = responses.bound_warnings([text])
+    assert len(got) <= responses.WARNING_MAX_CHARS
+    assert got.startswith("collective traffic between the Worker pods is blocked: x x")
+    assert got.endswith(f"… [{policy}]")
+
+
+def test_the_policy_names_a_kept_head_already_shows_are_not_repeated() -> None:
+    text = "blocked by CiliumNetworkPolicy ml/a egress[0], ml/b egress[1]: " + "detail " * 60
+    (got,) = responses.bound_warnings([text])
+    assert got.startswith("blocked by CiliumNetworkPolicy ml/a egress[0], ml/b egress[1]: detail")
+    assert got.endswith("…") and len(got) <= responses.WARNING_MAX_CHARS

@@ -58,7 +58,7 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
     [
         pytest.param({"r.json": "{not json"}, ["--cluster", str(LAB), "{r.json}"], "is not valid JSON",
                      id="bad JSON exits 2 naming the problem"),
-        pytest.param({"r.json": '{"apiVersion": "v1", "kind": "Pod"}'}, ["--cluster", str(LAB), "{r.json}"],
+        pytest.param({"r.json": '{"apiVersion": "v1", "kind": "AdmissionReview"}'}, ["--cluster", str(LAB), "{r.json}"],
                      "not a usable AdmissionReview: apiVersion must be", id="a non-review exits 2"),
         pytest.param({}, ["--cluster", str(LAB), "{missing.json}"], "cannot read",
                      id="an unreadable review file exits 2"),

@@ -234,7 +234,7 @@ def test_bad_config_is_a_usage_error(cluster: Path, tmp_path: Path, capsys: pyte
         )
         == 2
     )
-    assert "policy_enforcement" in capsys.readouterr().err
+    assert "policyEnforcement" in capsys.readouterr().err
 
 
 def test_problems_shown_are_those_of_the_deciding_policies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
