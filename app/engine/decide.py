@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from app import policy
 from app.config import Settings
@@ -32,6 +32,7 @@ from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
+from app.models.network import PolicyEnforcement
 
 
 @dataclass
@@ -46,6 +47,17 @@ class Run:
     checker: FlowChecker
     reserved: ledger.Reserved = field(default_factory=ledger.Reserved)  # GPUs admitted jobs will take
     suspended: bool = False  # held by a queue manager: placed by network and total allocatable only
+
+    def ranges(self, zone: str) -> tuple[str, ...]:
+        """The pod CIDRs of the zone's nodes when the agent matches CIDR peers against pods
+        (policy-cidr-match-mode pods), else (); () too when some node of the zone has none (then unknown)."""
+        agent = self.checker.agent
+        if agent is None or "pods" not in agent.cidr_match_mode:
+            return ()
+        nodes = [n for n in self.snapshot.nodes if n.labels.get(self.settings.zone_label) == zone]
+        if not nodes or any(not n.pod_cidrs for n in nodes):
+            return ()
+        return tuple(dict.fromkeys(c for n in nodes for c in n.pod_cidrs))
 
     def overrides(self, zone: str) -> dict[str, str]:
         """Labels every pod carries in `zone`: the identity label, unless judging the job as written."""
@@ -83,13 +95,14 @@ def start_run(
     `reserved` defaults to the snapshot's stored reservations without the group's own.
     """
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     checker = FlowChecker(
         group=group,
         snapshot=snapshot,
-        enforcement=settings.policy_enforcement,
+        enforcement=cast(PolicyEnforcement, agent.policy_enforcement),
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
-        agent=policy.snapshot_agent(snapshot, settings.cilium_version),
+        agent=agent,
     )
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
@@ -199,7 +212,7 @@ def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> li
     if not stale:
         return []
     fixed = {**overrides, **{k: zone for _, k, _ in stale}}
-    _, worst = run.checker.check(fixed)
+    _, worst = run.checker.check(fixed, run.ranges(zone))
     if worst != "allow":
         return []
     configured = run.settings.zone_identity_label
@@ -217,7 +230,7 @@ def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> li
 def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     """One zone's row of the map: placement problems, capacity, every flow's verdict, eligibility."""
     overrides = run.overrides(fit.zone)
-    checks, network = run.checker.check(overrides)
+    checks, network = run.checker.check(overrides, run.ranges(fit.zone))
     problems = list(fit.problems)
     cap = fit_capacity(run, fit) if not problems else CapacityFit("", 0, "")
     if not problems and not _takes(run, cap):
@@ -312,6 +325,9 @@ def warnings_for(run: Run) -> tuple[str, ...]:
     if run.snapshot.missing_kinds:
         out.append(f"the cluster snapshot has no {', '.join(sorted(run.snapshot.missing_kinds))}")
     out += unreadable_gpus(run.snapshot, run.settings.gpu_resources)
+    if run.checker.agent is not None and run.checker.agent.audit_mode:
+        out.append("the Cilium agent runs in policy audit mode (cilium-config policy-audit-mode=true): flows its "
+                   "policies would deny are only logged, so they count as allowed here")
     return tuple(out)
 
 

@@ -139,6 +139,7 @@ READ_ONLY = {
     ("cilium.io", "ciliumnetworkpolicies"): READ_VERBS,
     ("cilium.io", "ciliumclusterwidenetworkpolicies"): READ_VERBS,
     ("cilium.io", "ciliumcidrgroups"): READ_VERBS,
+    ("policy.networking.k8s.io", "clusternetworkpolicies"): READ_VERBS,
     ("trainer.kubeflow.org", "trainingruntimes"): READ_VERBS,
     ("trainer.kubeflow.org", "clustertrainingruntimes"): READ_VERBS,
     **{("kubeflow.org", r): READ_VERBS
@@ -177,21 +178,41 @@ def test_rbac_grants_reads_and_only_the_audits_writes(
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod_spec(objects)["serviceAccountName"],
                                     "namespace": "topoguard-system"}]
-    roles = [o for o in objects if o["kind"] == "Role"]
+    # Besides the Cilium agent's (test_the_cilium_agent_objects_are_granted_by_name below).
+    roles = [o for o in objects if o["kind"] in ("Role", "RoleBinding") and not _cilium_agent(o)]
     if values.get("audit", {}).get("enabled", True) is False:
-        assert not roles and not [o for o in objects if o["kind"] == "RoleBinding"]
+        assert not roles
+
+
+def _cilium_agent(obj: dict[str, Any]) -> bool:
+    return bool(obj["metadata"]["name"].endswith("-cilium-agent"))
+
+
+def test_the_cilium_agent_objects_are_granted_by_name(render: Render) -> None:
+    objects = render(values={})
+    # The Cilium agent's ConfigMap and DaemonSet: a Role in their namespace, on those two objects only.
+    (agent_role,) = [o for o in objects if o["kind"] == "Role" and _cilium_agent(o)]
+    assert agent_role["metadata"]["namespace"] == "kube-system"
+    verbs = sorted(READ_VERBS)
+    assert agent_role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cilium-config"], "verbs": verbs},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["cilium"], "verbs": verbs},
+    ]
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and _cilium_agent(o)]
+    assert binding["roleRef"]["name"] == agent_role["metadata"]["name"]
+    assert binding["subjects"][0]["namespace"] == "topoguard-system"
 
 
 def test_the_audit_lease_is_granted_in_the_release_namespace_only(render: Render) -> None:
     objects = render(values={})
-    (role,) = [o for o in objects if o["kind"] == "Role"]
+    (role,) = [o for o in objects if o["kind"] == "Role" and not _cilium_agent(o)]
     assert role["metadata"]["namespace"] == "topoguard-system"
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["topoguard-audit"],
          "verbs": ["get", "update"]},
     ]
-    (binding,) = [o for o in objects if o["kind"] == "RoleBinding"]
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and not _cilium_agent(o)]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"][0]["name"] == pod_spec(objects)["serviceAccountName"]
@@ -205,6 +226,11 @@ def test_audit_values_reach_the_config(render: Render) -> None:
     assert (settings.audit.enabled, settings.audit.interval_seconds, settings.audit.scope,
             settings.audit.policy_reports) == (True, 12, "all", False)
     assert settings.audit.lease_name == "topoguard-audit"  # the name the Role grants
+
+
+def test_no_cilium_config_means_no_agent_role(render: Render) -> None:
+    objects = render(values={"config": {"ciliumConfig": ""}})
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding") and _cilium_agent(o)]
 
 
 def test_service_targets_the_webhook_port(default_objects: list[dict[str, Any]]) -> None:

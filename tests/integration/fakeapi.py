@@ -140,6 +140,11 @@ def _collections() -> list[Collection]:
         ),
         Collection("cilium.io/v2", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
         Collection("cilium.io/v2alpha1", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
+        Collection("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy", "clusternetworkpolicies",
+                   namespaced=False, builtin=False),
+        # The Cilium agent's settings and version (read in one namespace, by name).
+        Collection("v1", "ConfigMap", "configmaps", namespaced=True, builtin=True),
+        Collection("apps/v1", "DaemonSet", "daemonsets", namespaced=True, builtin=True),
         Collection(
             "trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", namespaced=True, builtin=False
         ),
@@ -790,6 +795,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        if namespace:  # a namespaced watch sees that namespace only
+            scoped = ",".join(filter(None, (query.get("fieldSelector"), f"metadata.namespace={namespace}")))
+            query = {**query, "fieldSelector": scoped}
         try:
             for event in fake.watch_events(coll, query, self.connection):
                 self._chunk(json.dumps(event).encode() + b"\n")
