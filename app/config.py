@@ -19,6 +19,9 @@ from pydantic.alias_generators import to_camel
 from app.models.labels import DEFAULT_ZONE_LABEL
 
 ENV_PREFIX = "TOPOGUARD_"
+# The Cilium agent DaemonSet's name (the cilium Helm chart's), in the namespace of `ciliumConfig`.
+CILIUM_AGENT_DAEMONSET = "cilium"
+DEFAULT_CILIUM_CONFIG = "kube-system/cilium-config"
 
 
 class ConfigError(ValueError):
@@ -58,6 +61,13 @@ class AuditSettings(BaseModel):
     interval_seconds: float = Field(default=30.0, gt=0)
     # Which jobs are audited: those in namespaces opted in to topoguard, or every namespace's.
     scope: Literal["opted-in", "all"] = "opted-in"
+    # The coordination.k8s.io/v1 Lease (in the release namespace, POD_NAMESPACE) that elects the one replica
+    # that audits (app/controller/lease.py).
+    lease_name: str = Field(default="topoguard-audit", min_length=1, max_length=253,
+                            pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    # Write a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace when that CRD is served (the chart grants
+    # the RBAC for it only when its audit.policyReports.enabled is true).
+    policy_reports: bool = True
 
 
 class Settings(BaseModel):
@@ -70,7 +80,10 @@ class Settings(BaseModel):
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
     mode: Literal["pin", "colocate"] = "pin"
     enforcement: Literal["deny", "warn"] = "deny"
-    policy_enforcement: Literal["default", "always", "never"] = "default"
+    # The agent's policy-enforcement mode. Given in the file, environment or flags (and not ""), it wins;
+    # otherwise the cilium-config ConfigMap's `enable-policy` decides, else `default` (see
+    # `explicit_policy_enforcement`).
+    policy_enforcement: Literal["", "default", "always", "never"] = "default"
     spread_within_zone: Literal["none", "hostname"] = "none"
     zone_strategy: Literal["most-free", "binpack"] = "most-free"
     # Server-side knobs.
@@ -113,6 +126,30 @@ class Settings(BaseModel):
     # app.kubernetes.io/version label, else the agent DaemonSet's image tag). Selects the
     # version-dependent policy semantics (identity label filter, namespace-label peers, entities).
     cilium_version: str = ""
+    # The Cilium agent's ConfigMap, `namespace/name` (DESIGN.md Round 2); "" = read neither it nor the
+    # agent DaemonSet (`cilium` in the same namespace, whose image tag gives the version). Its
+    # policy-enforcement, policy-audit-mode, policy-cidr-match-mode, cluster-name, labels and enable-*
+    # policy switches decide verdicts; settings given here win.
+    cilium_config: str = DEFAULT_CILIUM_CONFIG
+
+    @field_validator("cilium_config")
+    @classmethod
+    def _namespaced_name(cls, value: str) -> str:
+        namespace, sep, name = value.partition("/")
+        if value and (not sep or not namespace or not name or "/" in name):
+            raise ValueError(f"{value!r} is not namespace/name (or \"\" to not read the cilium-config ConfigMap)")
+        return value
+
+    def explicit_policy_enforcement(self) -> str:
+        """`policyEnforcement` when it was set (and not ""), else "" (the agent's cilium-config decides)."""
+        return self.policy_enforcement if "policy_enforcement" in self.model_fields_set else ""
+
+    def cilium_objects(self) -> tuple[str, str, str] | None:
+        """(namespace, ConfigMap name, DaemonSet name) of the Cilium agent; None when not to be read."""
+        if not self.cilium_config:
+            return None
+        namespace, _, name = self.cilium_config.partition("/")
+        return namespace, name, CILIUM_AGENT_DAEMONSET
 
     @field_validator("gpu_resources", mode="before")
     @classmethod

@@ -36,6 +36,17 @@ SKIP_RESULTS = ("honoured", "ignored")
 # Most labelled series a per-review metric keeps a handle to (the callers bound the label values:
 # operations, KNOWN_KINDS, outcomes, reason classes, zones); past it `.labels()` is asked every time.
 MAX_CACHED_SERIES = 1024
+# Every value of `topoguard_audit_findings{type}` (app.engine.audit.AUDIT_FINDING_TYPES; app.metrics may not
+# import the engine's types, a test checks the two agree).
+AUDIT_FINDING_TYPES = ("split", "blocked", "unknown", "zone-closed")
+# Jobs with findings that get per-job series (`topoguard_audit_job_findings`); the rest are counted in
+# `topoguard_audit_job_series_dropped`. Bounded so a policy that breaks every job cannot blow up the TSDB.
+MAX_AUDIT_JOB_SERIES = 500
+# An audit pass over 2,000 jobs takes about a second on one core (issue 12's benchmark).
+AUDIT_PASS_BUCKETS_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# Every value of `topoguard_audit_passes_total{outcome}` and of `topoguard_audit_writes_total{resource}`.
+AUDIT_PASS_OUTCOMES = ("done", "error", "skipped")
+AUDIT_WRITE_RESOURCES = ("event", "policyreport")
 
 _Key = TypeVar("_Key", bound=Hashable)
 
@@ -97,6 +108,43 @@ class Metrics:
         )
         self.cert_expiry = Gauge(
             f"{PREFIX}_tls_certificate_expiry_timestamp_seconds", "notAfter of the serving certificate.", registry=r,
+        )
+        self.audit_findings = Gauge(
+            f"{PREFIX}_audit_findings",
+            f"Findings of the last audit pass over running jobs, by type ({', '.join(AUDIT_FINDING_TYPES)}); "
+            "exported by the audit leader only.",
+            ["type"], registry=r,
+        )
+        self.audit_job_findings = Gauge(
+            f"{PREFIX}_audit_job_findings",
+            f"Findings per job and type, only for jobs with findings (at most {MAX_AUDIT_JOB_SERIES} jobs).",
+            ["namespace", "kind", "name", "type"], registry=r,
+        )
+        self.audit_job_series_dropped = Gauge(
+            f"{PREFIX}_audit_job_series_dropped",
+            "Jobs with findings left without per-job series by the bound.", registry=r,
+        )
+        self.audit_jobs = Gauge(f"{PREFIX}_audit_jobs", "Training jobs the last audit pass looked at.", registry=r)
+        self.audit_pass_duration = Histogram(
+            f"{PREFIX}_audit_pass_duration_seconds", "Time one audit pass took (the audit and its writes).",
+            buckets=AUDIT_PASS_BUCKETS_SECONDS, registry=r,
+        )
+        self.audit_last_pass = Gauge(
+            f"{PREFIX}_audit_last_pass_timestamp_seconds", "When the last audit pass finished (Unix time).",
+            registry=r,
+        )
+        self.audit_passes = Counter(
+            f"{PREFIX}_audit_passes_total",
+            f"Audit passes, by outcome ({', '.join(AUDIT_PASS_OUTCOMES)}); skipped: no healthy snapshot.",
+            ["outcome"], registry=r,
+        )
+        self.audit_writes = Counter(
+            f"{PREFIX}_audit_writes_total",
+            f"Writes of the audit to the API, by resource ({', '.join(AUDIT_WRITE_RESOURCES)}) and result.",
+            ["resource", "result"], registry=r,
+        )
+        self.audit_leader = Gauge(
+            f"{PREFIX}_audit_leader", "1 while this replica holds the audit Lease and runs the audit.", registry=r,
         )
         # The labelled series recorded per review, by label values: `.labels()` checks and converts its
         # arguments on every call, several times the cost of the increment itself (issue 4).
@@ -169,6 +217,48 @@ class Metrics:
 
     def record_certificate(self, not_after: float) -> None:
         self.cert_expiry.set(not_after)
+
+    def record_audit(
+        self,
+        *,
+        jobs: int,
+        findings: Mapping[str, int],
+        job_findings: Mapping[tuple[str, str, str], Mapping[str, int]],
+        duration_seconds: float,
+        finished_at: float,
+    ) -> None:
+        """One audit pass: `findings` by type; `job_findings` (namespace, kind, name) -> type -> count for the
+        jobs with findings, most important first (only the first MAX_AUDIT_JOB_SERIES get series)."""
+        for kind in AUDIT_FINDING_TYPES:
+            self.audit_findings.labels(type=kind).set(findings.get(kind, 0))
+        self.audit_job_findings.clear()  # a job whose findings cleared loses its series
+        kept = list(job_findings.items())[:MAX_AUDIT_JOB_SERIES]
+        for (namespace, kind, name), counts in kept:
+            for finding_type, count in counts.items():
+                self.audit_job_findings.labels(namespace=namespace, kind=kind, name=name, type=finding_type).set(count)
+        self.audit_job_series_dropped.set(len(job_findings) - len(kept))
+        self.audit_jobs.set(jobs)
+        self.audit_pass_duration.observe(duration_seconds)
+        self.audit_last_pass.set(finished_at)
+        self.audit_passes.labels(outcome="done").inc()
+
+    def record_audit_pass(self, outcome: str) -> None:
+        """A pass that did not finish (`error`, `skipped`)."""
+        self.audit_passes.labels(outcome=outcome).inc()
+
+    def record_audit_writes(self, resource: str, *, ok: int, failed: int) -> None:
+        if ok:
+            self.audit_writes.labels(resource=resource, result="ok").inc(ok)
+        if failed:
+            self.audit_writes.labels(resource=resource, result="error").inc(failed)
+
+    def record_audit_leader(self, leader: bool) -> None:
+        """Leadership changed. A replica that does not lead exports no findings (the leader's are the truth)."""
+        self.audit_leader.set(1 if leader else 0)
+        if not leader:
+            self.audit_findings.clear()
+            self.audit_job_findings.clear()
+            self.audit_job_series_dropped.set(0)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its Content-Type."""

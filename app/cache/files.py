@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from app.cache import projections
-from app.models.cluster import Snapshot
+from app.config import CILIUM_AGENT_DAEMONSET, DEFAULT_CILIUM_CONFIG
+from app.models.cluster import ConfigMapInfo, Snapshot
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -78,14 +79,27 @@ def build_snapshot(
     revision: str = "0",
     gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
     missing_kinds: tuple[str, ...] = (),
+    cilium_config: str = DEFAULT_CILIUM_CONFIG,
 ) -> Snapshot:
     """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored. Every pod is kept
-    (bound or pending); `gpu_resources` (settings `gpuResources`) is what the jobs' audit shapes count as GPUs."""
+    (bound or pending); `gpu_resources` (settings `gpuResources`) is what the jobs' audit shapes count as GPUs.
+
+    `cilium_config` (settings `ciliumConfig`, `namespace/name`; "" = not read) names the ConfigMap kept as
+    the agent's settings; the DaemonSet `cilium` in its namespace gives the agent image.
+    """
     nodes, pods, policies, jobs = [], [], [], []
     namespaces, groups, runtimes = {}, {}, {}
+    config_map: ConfigMapInfo | None = None
+    image = ""
+    where = cilium_config.split("/", 1) if cilium_config else None
     for obj in objects:
         kind = obj.get("kind")
-        if kind == "Node":
+        if where is not None and kind in ("ConfigMap", "DaemonSet") and _named(obj, where[0]):
+            if kind == "ConfigMap" and _named(obj, where[0], where[1]):
+                config_map = projections.project_config_map(obj)
+            elif kind == "DaemonSet" and _named(obj, where[0], CILIUM_AGENT_DAEMONSET):
+                image = projections.project_agent_image(obj)
+        elif kind == "Node":
             nodes.append(projections.project_node(obj))
         elif kind == "Namespace":
             ns = projections.project_namespace(obj)
@@ -114,7 +128,17 @@ def build_snapshot(
         training_runtimes=MappingProxyType(runtimes),
         jobs=tuple(jobs),
         missing_kinds=missing_kinds,
+        cilium_config=config_map.data if config_map else None,
+        cilium_config_labels=config_map.labels if config_map else MappingProxyType({}),
+        cilium_image=image,
     )
+
+
+def _named(obj: Mapping[str, Any], namespace: str, name: str | None = None) -> bool:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or meta.get("namespace") != namespace:
+        return False
+    return name is None or meta.get("name") == name
 
 
 def _is_object(doc: Any) -> bool:
@@ -130,11 +154,13 @@ def load_snapshot(
     *,
     gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
     note: Callable[[str], None] = _note,
+    cilium_config: str = DEFAULT_CILIUM_CONFIG,
 ) -> Snapshot:
     """Read a snapshot from a file or directory. Raises SnapshotError naming file and document.
 
     In a directory, files that hold no Kubernetes object are skipped, each with a `note` (stderr by
     default). A snapshot without Nodes says so (`missing_kinds`): no zone can be judged without them.
+    `cilium_config`: which ConfigMap holds the Cilium agent's settings (see `build_snapshot`).
     """
     objects: list[Mapping[str, Any]] = []
     digest = hashlib.sha256()
@@ -148,4 +174,4 @@ def load_snapshot(
         digest.update(file.read_bytes())
     no_nodes = not any(obj.get("kind") == "Node" for obj in objects)
     return build_snapshot(objects, revision=digest.hexdigest()[:16], gpu_resources=gpu_resources,
-                          missing_kinds=("Node",) if no_nodes else ())
+                          missing_kinds=("Node",) if no_nodes else (), cilium_config=cilium_config)

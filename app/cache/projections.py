@@ -15,6 +15,7 @@ from app.config import Settings
 from app.jobs import job_shape, jobset, kubeflow, status, trainjob
 from app.models.cluster import (
     CIDRGroup,
+    ConfigMapInfo,
     ContainerPort,
     JobInfo,
     NamespaceInfo,
@@ -27,7 +28,7 @@ from app.models.cluster import (
 )
 from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, NAMESPACE_NAME_LABEL, ZONE_ANNOTATION
 
-POLICY_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy")
+POLICY_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy", "ClusterNetworkPolicy")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 # The training-job kinds the snapshot keeps (every kind topoguard places).
 JOB_KINDS = tuple(sorted({kind for _, kind in (*kubeflow.FRAMEWORKS, (jobset.API_VERSION, jobset.KIND),
@@ -120,8 +121,41 @@ def project_node(obj: Mapping[str, Any]) -> NodeInfo:
         allocatable=freeze(_extended(resources)),
         ready=ready,
         unschedulable=_flag(spec.get("unschedulable")),
+        pod_cidrs=_pod_cidrs(spec),
         unparsable=freeze(_unparsable(resources)),
     )
+
+
+def _pod_cidrs(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """spec.podCIDRs (dual-stack), else the older single spec.podCIDR."""
+    cidrs = [str(c) for c in _list(spec.get("podCIDRs")) if c]
+    if not cidrs and spec.get("podCIDR"):
+        cidrs = [str(spec["podCIDR"])]
+    return tuple(cidrs)
+
+
+# The Cilium agent's container in its DaemonSet (the cilium Helm chart's name for it).
+AGENT_CONTAINER = "cilium-agent"
+
+
+def project_config_map(obj: Mapping[str, Any]) -> ConfigMapInfo:
+    """A ConfigMap's data (string values; binaryData is not read) and labels."""
+    meta = _dict(obj.get("metadata"))
+    data = {str(k): _text(v) for k, v in _dict(obj.get("data")).items()}
+    return ConfigMapInfo(namespace=str(meta.get("namespace", "") or ""), name=str(meta.get("name", "")),
+                         data=freeze(data), labels=_labels(meta))
+
+
+def project_agent_image(obj: Mapping[str, Any]) -> str:
+    """The image of the Cilium agent DaemonSet's agent container (`cilium-agent`, else the first container
+    whose image is a cilium image); "" when there is none."""
+    template = _dict(_dict(_dict(obj.get("spec")).get("template")).get("spec"))
+    containers = [c for c in _list(template.get("containers")) if isinstance(c, Mapping)]
+    named = [c for c in containers if c.get("name") == AGENT_CONTAINER]
+    cilium = [c for c in containers if "cilium" in str(c.get("image", "")).rsplit("/", 1)[-1]]
+    for container in named or cilium:
+        return str(container.get("image", "") or "")
+    return ""
 
 
 def project_namespace(obj: Mapping[str, Any]) -> NamespaceInfo:
@@ -197,7 +231,8 @@ def project_policy(obj: Mapping[str, Any]) -> PolicyObject:
     kind = str(obj.get("kind", ""))
     body = {k: v for k, v in obj.items() if k != "status"}
     body["metadata"] = {k: v for k, v in meta.items() if k in ("name", "namespace", "labels", "annotations")}
-    namespace = "" if kind == "CiliumClusterwideNetworkPolicy" else str(meta.get("namespace", "") or "default")
+    cluster_scoped = kind in ("CiliumClusterwideNetworkPolicy", "ClusterNetworkPolicy")
+    namespace = "" if cluster_scoped else str(meta.get("namespace", "") or "default")
     return PolicyObject(
         kind=kind,
         api_version=str(obj.get("apiVersion", "")),

@@ -44,6 +44,8 @@ class Resource:
         field_selector: sent with list and watch (the apiserver filters; it also turns an object
             that stops matching into a DELETED event).
         project: raw object -> projection, or None when the object is not kept.
+        namespace: list and watch in this namespace only ("" = every namespace); with a
+            `metadata.name=` field selector, RBAC can grant it on that one object (resourceNames).
     """
 
     kind: str
@@ -52,14 +54,16 @@ class Resource:
     project: Projector
     optional: bool = False
     field_selector: str = ""
+    namespace: str = ""
     # Makes an aggregate kept as projections come and go (`replace(old, new)`, `freeze()`); None: none.
     aggregate: Callable[[], Any] | None = None
 
     def path(self, api_version: str) -> str:
         """The collection URL path (for logs and the fake apiserver)."""
+        where = f"namespaces/{self.namespace}/" if self.namespace else ""
         if "/" not in api_version:
-            return f"/api/{api_version}/{self.plural}"
-        return f"/apis/{api_version}/{self.plural}"
+            return f"/api/{api_version}/{where}{self.plural}"
+        return f"/apis/{api_version}/{where}{self.plural}"
 
 
 def _pod_projector(gpu_resources: tuple[str, ...]) -> Projector:
@@ -146,10 +150,35 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
             Resource(kind, plural, versions, job_projector, optional=True)
             for kind, plural, versions in JOB_RESOURCES
         ),
+        # Cilium 1.20's ClusterNetworkPolicy; v1beta1 too, so a cluster serving only a newer version is
+        # not mistaken for one without the CRD (those policies are then `unknown`, never skipped).
+        Resource(
+            "ClusterNetworkPolicy",
+            "clusternetworkpolicies",
+            ("policy.networking.k8s.io/v1alpha2", "policy.networking.k8s.io/v1beta1"),
+            projections.project_policy,
+            optional=True,
+        ),
+        *_cilium_agent_resources(settings),
+    )
+
+
+def _cilium_agent_resources(settings: Settings) -> tuple[Resource, ...]:
+    """The cilium-config ConfigMap and the agent DaemonSet: one object each, field-selected by name."""
+    where = settings.cilium_objects()
+    if where is None:
+        return ()
+    namespace, config_map, daemon_set = where
+    return (
+        Resource("ConfigMap", "configmaps", ("v1",), projections.project_config_map, namespace=namespace,
+                 field_selector=f"metadata.name={config_map}"),
+        Resource("DaemonSet", "daemonsets", ("apps/v1",), projections.project_agent_image, namespace=namespace,
+                 field_selector=f"metadata.name={daemon_set}"),
     )
 
 
 _CORE_LISTERS = {"nodes": "list_node", "namespaces": "list_namespace", "pods": "list_pod_for_all_namespaces"}
+_NAMESPACED_CORE_LISTERS = {"configmaps": "list_namespaced_config_map"}
 
 
 @dataclass(frozen=True)
@@ -192,9 +221,14 @@ def open_collection(
         params["field_selector"] = resource.field_selector
     params.update(_preload_content=False, _request_timeout=timeout)
     try:
+        if "/" not in api_version and resource.namespace:
+            return getattr(apis.core, _NAMESPACED_CORE_LISTERS[resource.plural])(resource.namespace, **params)
         if "/" not in api_version:
             return getattr(apis.core, _CORE_LISTERS[resource.plural])(**params)
         group, version = api_version.split("/", 1)
+        if resource.namespace:
+            return apis.custom.list_namespaced_custom_object(group, version, resource.namespace, resource.plural,
+                                                             **params)
         return apis.custom.list_cluster_custom_object(group, version, resource.plural, **params)
     except ApiException as e:
         raise ApiError.from_exception(e) from e

@@ -36,11 +36,13 @@ from app.models.pods import PodIndex
 
 log = logging.getLogger(__name__)
 
-POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
+POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "ClusterNetworkPolicy")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 # The kinds no verdict reads (models/cluster.py NetworkMemo): a change to them keeps the network memo (the
 # pods' named ports aside). Any other kind, present or added later, counts as a network input.
 NOT_NETWORK_KINDS = frozenset({"Node", "Pod", *RUNTIME_KINDS, *resources.JOB_KINDS})
+# Kinds whose absence is no missing input: no Trainer runtimes, no ClusterNetworkPolicy CRD (nothing to enforce).
+UNNEEDED_WHEN_ABSENT = (*RUNTIME_KINDS, "ClusterNetworkPolicy")
 
 
 def build_api_client(kubeconfig: str | None, *, pool_size: int) -> client.ApiClient:
@@ -246,23 +248,29 @@ class WatchStore:
                 items.sort(key=lambda kv: kv[0])
             self._built[kind] = (cache, generation, tuple(v for _, v in items))
         held = {kind: built[2] for kind, built in self._built.items()}
+        config_maps: tuple[Any, ...] = held.get("ConfigMap", ())
+        images: tuple[Any, ...] = held.get("DaemonSet", ())
         self._revision += 1
         network = self._network_memo(set(copied), absent, pods)
         return Snapshot(
             nodes=held["Node"],
             namespaces=MappingProxyType({v.name: v for v in held["Namespace"]}),
             pods=held["Pod"],
-            policies=tuple(p for kind in POLICY_KINDS for p in held[kind]),
+            policies=tuple(p for kind in POLICY_KINDS for p in held.get(kind, ())),
             cidr_groups=MappingProxyType({v.name: v for v in held["CiliumCIDRGroup"]}),
             revision=f"watch-{self._revision}",
             # A cluster without Kubeflow Trainer has no runtime CRDs; no verdict depends on them.
-            missing_kinds=tuple(kind for kind in absent if kind not in RUNTIME_KINDS),
+            missing_kinds=tuple(kind for kind in absent if kind not in UNNEEDED_WHEN_ABSENT),
             training_runtimes=MappingProxyType(
                 {(v.kind, v.namespace, v.name): v for kind in RUNTIME_KINDS for v in held.get(kind, ())}
             ),
             jobs=tuple(job for kind in resources.JOB_KINDS for job in held.get(kind, ())),
             network_memo=network,
             pod_index=pods,
+            # The field selectors hold at most one of each (ciliumConfig; None/"" when not read or absent).
+            cilium_config=config_maps[0].data if config_maps else None,
+            cilium_config_labels=config_maps[0].labels if config_maps else MappingProxyType({}),
+            cilium_image=images[0] if images else "",
         )
 
     def _network_memo(self, changed: set[str], absent: tuple[str, ...], pods: PodIndex) -> NetworkMemo:

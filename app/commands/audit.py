@@ -67,7 +67,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         settings = load_settings(args.config)
         if args.scope:
             settings = settings.model_copy(update={"audit": settings.audit.model_copy(update={"scope": args.scope})})
-        snapshot = load_snapshot(args.cluster, gpu_resources=settings.gpu_resources)
+        snapshot = load_snapshot(args.cluster, gpu_resources=settings.gpu_resources,
+                                 cilium_config=settings.cilium_config)
     except (ConfigError, SnapshotError) as e:
         print(f"topoguard audit: {e}", file=err)
         return EXIT_USAGE

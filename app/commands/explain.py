@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from app import engine, jobs
+from app import engine, jobs, policy
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, Settings, load_settings
 from app.engine import lead, ledger, patches
@@ -28,9 +28,11 @@ from app.engine.flows import describe_check, describe_flow, describe_reason, des
 from app.http.admission import unsupported_message
 from app.jobs import status as job_status
 from app.models import labels
+from app.models.cilium import CiliumAgent
 from app.models.cluster import Snapshot
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
+from app.policy import agent as agents
 
 EXIT_CHOSEN, EXIT_NONE, EXIT_USAGE = 0, 1, 2
 
@@ -258,7 +260,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
         settings = load_settings(args.config)
-        snapshot = load_snapshot(args.cluster)
+        snapshot = load_snapshot(args.cluster, cilium_config=settings.cilium_config)
         raw = read_job(args.job)
         group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=_namespace(raw),
                                limits=settings.limits, runtimes=snapshot.training_runtimes)
@@ -272,10 +274,17 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         print(f"topoguard explain: {e}", file=err)
         return EXIT_USAGE
     scope = webhook_scope(snapshot, group.namespace)
+    agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     if args.output == "json":
-        body = to_json(group, decision, patch, holds, scope=scope)
+        body = {**to_json(group, decision, patch, holds, scope=scope), "ciliumSettings": agents.sources_json(agent)}
         json.dump(engine.render_json(body, group.name), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        out.write(engine.render(render_text(group, decision, patch, settings, holds, scope=scope), group.name))
+        text = engine.render(render_text(group, decision, patch, settings, holds, scope=scope), group.name)
+        out.write(text.rstrip("\n") + "\n" + cilium_settings_text(agent))
     return EXIT_CHOSEN if decision.allowed else EXIT_NONE
+
+
+def cilium_settings_text(agent: CiliumAgent) -> str:
+    """The compact "Cilium settings" section: each value the verdicts used and where it came from."""
+    return "\nCilium settings (value, source):\n" + "".join(f"  {line}\n" for line in agents.describe_sources(agent))

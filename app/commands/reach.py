@@ -125,10 +125,11 @@ def render_text(verdict: Verdict, flow: Mapping[str, Any], problems: list[tuple[
 
 def run(args: argparse.Namespace) -> int:
     try:
-        snapshot = files.load_snapshot(args.cluster)
         settings = config.load_settings(args.config)
-        mode = args.policy_enforcement or settings.policy_enforcement
-        agent = agents.agent_settings(snapshot, version=settings.cilium_version)
+        snapshot = files.load_snapshot(args.cluster, cilium_config=settings.cilium_config)
+        explicit = args.policy_enforcement or settings.explicit_policy_enforcement()
+        agent = agents.agent_settings(snapshot, version=settings.cilium_version, policy_enforcement=explicit)
+        mode = agent.policy_enforcement
         src, dst = resolve_endpoint(snapshot, args.src), resolve_endpoint(snapshot, args.dst)
         ports, protocol = parse_port(args.port)
     except (files.SnapshotError, config.ConfigError, agents.AgentConfigError, UsageError) as e:

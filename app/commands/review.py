@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         body = _read_review(args.file)
         request = admission.parse_review(body)
         settings = load_settings(args.config)
-        snapshot = load_snapshot(args.cluster)
+        snapshot = load_snapshot(args.cluster, cilium_config=settings.cilium_config)
     except admission.BadReview as e:
         print(f"topoguard review: not a usable AdmissionReview: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -5,6 +5,10 @@ answer carries `Connection: close` and /readyz says 503, so the apiserver's pool
 (which stick to a pod, kubernetes/kubernetes#127335) move to another replica; idle keep-alive
 connections are closed before the listener, and in-flight reviews get up to
 `SHUTDOWN_GRACE_SECONDS`.
+
+With the watch cache (no --cluster) and `audit.enabled`, the app also runs the audit controller
+(app/controller: the Lease, the audit loop, Events, PolicyReports); it starts after the cache and
+stops, releasing the Lease, before it.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from app.http import server as http_server
 from app.http.app import create_app
 from app.http.server import SHUTDOWN_GRACE_SECONDS, WebhookServer
 from app.logs import configure_logging
+from app.metrics import Metrics
 from app.tls import CertificateFiles, TLSConfigError, certificate_not_after, generate_self_signed, self_signed_context
 
 if TYPE_CHECKING:
     from app.cache.access import AccessReviewer
+    from app.http.app import BackgroundService
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +44,8 @@ __all__ = ["SHUTDOWN_GRACE_SECONDS", "WebhookServer", "build_server", "build_sto
 
 def build_store(args: argparse.Namespace, settings: Settings) -> Store:
     if args.cluster:
-        return StaticStore(load_snapshot(args.cluster, gpu_resources=settings.gpu_resources))
+        return StaticStore(load_snapshot(args.cluster, gpu_resources=settings.gpu_resources,
+                                         cilium_config=settings.cilium_config))
     from app.cache.watchers import WatchStore  # the kubernetes client loads only when watching
 
     store: Store = WatchStore(settings, kubeconfig=args.kubeconfig)
@@ -68,9 +75,26 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
         context = self_signed_context(pair, client_ca=args.tls_client_ca)
         not_after = certificate_not_after(pair.cert_pem)
     store = build_store(args, settings)
-    app = create_app(settings, store, certificates=certificates, certificate_not_after=not_after,
-                     offload_decisions=offload_decisions, map_reviewer=build_map_reviewer(args, settings))
+    metrics = Metrics()
+    app = create_app(settings, store, metrics=metrics, certificates=certificates, certificate_not_after=not_after,
+                     offload_decisions=offload_decisions, map_reviewer=build_map_reviewer(args, settings),
+                     background=build_background(args, settings, store, metrics))
     return http_server.build_server(app, context, settings=settings, host=args.host, port=args.port)
+
+
+def build_background(args: argparse.Namespace, settings: Settings, store: Store,
+                     metrics: Metrics) -> list[BackgroundService]:
+    """The audit controller when it can run: `audit.enabled` and a cluster to write to (not --cluster)."""
+    if not settings.audit.enabled:
+        log.info("audit: off (audit.enabled: false)")
+        return []
+    if args.cluster:
+        log.info("audit: not run with --cluster (no API to elect a leader on or write Events to); "
+                 "`topoguard audit --cluster` audits a file")
+        return []
+    from app.controller.loop import build_controller  # the kubernetes client loads only when watching
+
+    return [build_controller(settings, store, metrics, kubeconfig=args.kubeconfig)]
 
 
 # --- /map access (mapAccess, app/http/maps.py): the reviewer and the loopback listener -------------

@@ -188,7 +188,7 @@ class _Pass:
             node_zones={n.name: n.labels.get(label, "") for n in snapshot.nodes},
             read=memo.keys_read(snapshot),
             pods=ledger.job_pods(snapshot),
-            agent=policy.snapshot_agent(snapshot, settings.cilium_version),
+            agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
             index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources),
         )
 
@@ -292,7 +292,7 @@ class _Pass:
                 self._endpoint(dst),
                 flow.ports,
                 flow.protocol,
-                enforcement=self.settings.policy_enforcement,
+                enforcement=self.agent.policy_enforcement,
                 agent=self.agent,
             )
         return found

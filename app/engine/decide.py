@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from app import policy
 from app.config import Settings
@@ -33,6 +33,7 @@ from app.engine.flows import FlowChecker, describe_check
 from app.models.cluster import Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
+from app.models.network import PolicyEnforcement
 
 
 @dataclass
@@ -60,6 +61,17 @@ class Run:
     @property
     def checker(self) -> FlowChecker:
         return self.shape.checker
+
+    def ranges(self, zone: str) -> tuple[str, ...]:
+        """The pod CIDRs of the zone's nodes when the agent matches CIDR peers against pods
+        (policy-cidr-match-mode pods), else (); () too when some node of the zone has none (then unknown)."""
+        agent = self.checker.agent
+        if agent is None or "pods" not in agent.cidr_match_mode:
+            return ()
+        nodes = [n for n in self.snapshot.nodes if n.labels.get(self.settings.zone_label) == zone]
+        if not nodes or any(not n.pod_cidrs for n in nodes):
+            return ()
+        return tuple(dict.fromkeys(c for n in nodes for c in n.pod_cidrs))
 
     def overrides(self, zone: str) -> dict[str, str]:
         """Labels every pod carries in `zone`: the identity label, unless judging the job as written."""
@@ -98,16 +110,17 @@ def start_run(
     `reserved` defaults to the snapshot's stored reservations without the group's own.
     """
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     # NB: the checker is kept in the snapshot's own memo, so it refers to the snapshot weakly: a strong
     # reference would be a cycle, and a replaced snapshot would wait for a full collection (the server
     # freezes the heap after each publish: app/http/app.py settle_heap) instead of going at once.
     shape = memo.per_shape(group, snapshot, settings, lambda: Shape(FlowChecker(
         group=group,
         snapshot=weakref.proxy(snapshot),
-        enforcement=settings.policy_enforcement,
+        enforcement=cast(PolicyEnforcement, agent.policy_enforcement),
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
-        agent=policy.snapshot_agent(snapshot, settings.cilium_version),
+        agent=agent,
     )))
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
@@ -220,7 +233,7 @@ def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> li
     if not stale:
         return []
     fixed = {**overrides, **{k: zone for _, k, _ in stale}}
-    _, worst = run.checker.check(fixed)
+    _, worst = run.checker.check(fixed, run.ranges(zone))
     if worst != "allow":
         return []
     configured = run.settings.zone_identity_label
@@ -238,7 +251,7 @@ def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> li
 def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     """One zone's row of the map: placement problems, capacity, every flow's verdict, eligibility."""
     overrides = run.overrides(fit.zone)
-    checks, network = run.checker.check(overrides)
+    checks, network = run.checker.check(overrides, run.ranges(fit.zone))
     problems = list(fit.problems)
     cap = fit_capacity(run, fit) if not problems else CapacityFit("", 0, "")
     if not problems and not _takes(run, cap):
@@ -333,6 +346,9 @@ def warnings_for(run: Run) -> tuple[str, ...]:
     if run.snapshot.missing_kinds:
         out.append(f"the cluster snapshot has no {', '.join(sorted(run.snapshot.missing_kinds))}")
     out += unreadable_gpus(run.snapshot, run.settings.gpu_resources)
+    if run.checker.agent is not None and run.checker.agent.audit_mode:
+        out.append("the Cilium agent runs in policy audit mode (cilium-config policy-audit-mode=true): flows its "
+                   "policies would deny are only logged, so they count as allowed here")
     return tuple(out)
 
 

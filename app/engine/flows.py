@@ -45,6 +45,7 @@ SEVERITY: Mapping[str, int] = {"allow": 0, "unknown": 1, "deny": 2}
 _INDEX_VALUE = re.compile(r"0|[1-9][0-9]*")
 
 EndpointKey = tuple[object, ...]
+CheckKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]  # a zone's labels and pod CIDRs
 DEFAULT_INDEX_VALUES_LIMIT = 64  # app.config.Limits.policy_index_values_per_job
 
 
@@ -53,7 +54,7 @@ class IndexValuesLimitError(Exception):
 
 
 def endpoint_key(ep: Endpoint) -> EndpointKey:
-    return (ep.namespace, tuple(sorted(ep.labels.items())), ep.service_account, ep.host_network, ep.ports)
+    return (ep.namespace, tuple(sorted(ep.labels.items())), ep.service_account, ep.host_network, ep.ports, ep.ranges)
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,7 @@ class FlowChecker:
     truncated: dict[str, str] = field(default_factory=dict)
     _classes: dict[str, tuple[PodClass, ...]] = field(default_factory=dict)
     _named: int = 0  # named indices judged so far, over every replica
-    _checked: dict[tuple[tuple[str, str], ...], tuple[tuple[FlowCheck, ...], VerdictKind]] = field(
-        default_factory=dict
-    )
+    _checked: dict[CheckKey, tuple[tuple[FlowCheck, ...], VerdictKind]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def classes(self, replica: Replica) -> tuple[PodClass, ...]:
@@ -139,8 +138,10 @@ class FlowChecker:
         )
         return (*(PodClass(i, 1) for i in range(MAX_ENUMERATED_PODS - 1)), PodClass(count - 1, 1))
 
-    def endpoint(self, replica: Replica, index: int, overrides: Mapping[str, str]) -> Endpoint:
-        """Pod `index` of the replica as policy sees it in the zone (labels after placement)."""
+    def endpoint(self, replica: Replica, index: int, overrides: Mapping[str, str],
+                 ranges: tuple[str, ...] = ()) -> Endpoint:
+        """Pod `index` of the replica as policy sees it in the zone (labels after placement; `ranges`: the
+        zone's pod CIDRs, where its address will come from)."""
         leader = replica.leader_labels if index == 0 else {}
         labels = {**replica.pod_labels, **leader, **overrides}
         if replica.index_label:
@@ -155,13 +156,15 @@ class FlowChecker:
             # The job's name is left out (memo.JOB_PLACEHOLDER), so the verdicts and the decision hold for
             # every job of the same shape; the surfaces put the name in (memo.render).
             name=f"{JOB_PLACEHOLDER}-{replica.role}-{index}",
+            ranges=ranges,
         )
 
     def endpoints(self, replica: Replica, overrides: Mapping[str, str]) -> tuple[Endpoint, ...]:
         """One representative endpoint per class of the replica's pods."""
         return tuple(self.endpoint(replica, c.index, overrides) for c in self.classes(replica))
 
-    def _pairs(self, flow: Flow, overrides: Mapping[str, str]) -> Iterator[tuple[Endpoint, Endpoint]]:
+    def _pairs(self, flow: Flow, overrides: Mapping[str, str],
+               ranges: tuple[str, ...]) -> Iterator[tuple[Endpoint, Endpoint]]:
         src, dst = self.group.replica(flow.src), self.group.replica(flow.dst)
         sources, destinations = self.classes(src), self.classes(dst)
         for s in sources:
@@ -170,7 +173,7 @@ class FlowChecker:
                 # one between two of its members, which its representative stands for.
                 if flow.src == flow.dst and s.index == d.index and s.size == 1:
                     continue
-                yield self.endpoint(src, s.index, overrides), self.endpoint(dst, d.index, overrides)
+                yield self.endpoint(src, s.index, overrides, ranges), self.endpoint(dst, d.index, overrides, ranges)
 
     def verdict(self, src: Endpoint, dst: Endpoint, flow: Flow) -> Verdict:
         key = (endpoint_key(src), endpoint_key(dst), flow.ports.first, flow.ports.last, flow.protocol)
@@ -182,22 +185,25 @@ class FlowChecker:
             self.cache[key] = found
         return found
 
-    def check(self, overrides: Mapping[str, str]) -> tuple[tuple[FlowCheck, ...], VerdictKind]:
-        """Every flow's worst verdict over its pod pairs, and the worst over all flows (kept per `overrides`)."""
-        key = tuple(sorted(overrides.items()))
+    def check(self, overrides: Mapping[str, str],
+              ranges: tuple[str, ...] = ()) -> tuple[tuple[FlowCheck, ...], VerdictKind]:
+        """Every flow's worst verdict over its pod pairs, and the worst over all flows (`ranges`: the zone's
+        pod CIDRs, read under policy-cidr-match-mode pods); kept per (`overrides`, `ranges`)."""
+        key = (tuple(sorted(overrides.items())), ranges)
         found = self._checked.get(key)
         if found is None:
-            found = self._checked[key] = self._check(overrides)
+            found = self._checked[key] = self._check(overrides, ranges)
         return found
 
-    def _check(self, overrides: Mapping[str, str]) -> tuple[tuple[FlowCheck, ...], VerdictKind]:
+    def _check(self, overrides: Mapping[str, str],
+               ranges: tuple[str, ...] = ()) -> tuple[tuple[FlowCheck, ...], VerdictKind]:
         checks: list[FlowCheck] = []
         worst: VerdictKind = "allow"
         for flow in self.group.flows:
             if flow.src == flow.dst and self.group.replica(flow.src).count <= 1:
                 continue  # a single pod has no peer of its own type
             flow_worst: Verdict | None = None
-            for s, d in self._pairs(flow, overrides):
+            for s, d in self._pairs(flow, overrides, ranges):
                 v = self.verdict(s, d, flow)
                 if flow_worst is None or SEVERITY[v.verdict] > SEVERITY[flow_worst.verdict]:
                     flow_worst = v

@@ -13,8 +13,8 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
@@ -40,6 +40,14 @@ STUCK_AFTER_DEADLINES = 2.0
 CERT_POLL_SECONDS = 5.0
 # How often a published snapshot may trigger a full, unfrozen collection (see `settle_heap`).
 FULL_GC_EVERY_SECONDS = 600.0
+
+
+class BackgroundService(Protocol):
+    """Something the lifespan starts after the store and stops before it (the audit controller)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class TopoguardApp:
@@ -131,6 +139,7 @@ def create_app(
     offload_decisions: bool = True,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
     map_reviewer: AccessReviewer | None = None,
+    background: Sequence[BackgroundService] = (),
 ) -> TopoguardApp:
     """The webhook application.
 
@@ -144,6 +153,7 @@ def create_app(
             inline on the event loop (benchmarks compare the two).
         cert_poll_seconds: how often to look at the certificate files.
         map_reviewer: checks /map callers' tokens (settings.map_access `authorized`; app.cache.access).
+        background: started after the store, stopped (in reverse order) before it; never on the request path.
     """
     deadline = settings.request_deadline_seconds
     workers = Workers(
@@ -168,6 +178,10 @@ def create_app(
         observe: Any = getattr(store, "observe_publish", None)
         if callable(observe):
             observe(state.metrics.record_publish)
+        started: list[BackgroundService] = []
+        for service in background:
+            await service.start()
+            started.append(service)
         poller = (
             asyncio.create_task(_poll_certificates(certificates, state.metrics, cert_poll_seconds))
             if certificates is not None else None
@@ -179,6 +193,11 @@ def create_app(
                 poller.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await poller
+            for service in reversed(started):
+                try:
+                    await service.stop()
+                except Exception:  # the store and the workers must still stop
+                    log.exception("stopping a background service failed")
             stop: Any = getattr(store, "stop", None)
             if callable(stop):
                 await stop()

@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 from fastapi import APIRouter, Request, Response
@@ -31,7 +31,7 @@ from app.http.deps import AppState, StateDep
 from app.http.routes import LOGGED_TEXT_CHARS, _enforcement, _Held, _HTTPProblem, _json, _read_body, decode
 from app.http.workers import Shed
 from app.models.cluster import Snapshot
-from app.models.network import ALL_PORTS, Endpoint, Reason
+from app.models.network import ALL_PORTS, Endpoint, PolicyEnforcement, Reason
 
 if TYPE_CHECKING:  # the kubernetes client loads only where it is used
     from app.cache.access import Access
@@ -76,8 +76,9 @@ def namespace_map(snapshot: Snapshot, settings: Settings, namespace: str) -> dic
         labels = {settings.zone_identity_label: zone} if settings.zone_identity_label else {}
         # The policy messages name an endpoint as `namespace/name`, so the name is the pod alone.
         pod = Endpoint(namespace=namespace, labels=labels, namespace_labels=ns_labels, name=f"<pod in {zone}>")
-        verdict = policy.check_flow(snapshot, pod, pod, ALL_PORTS, "TCP", enforcement=settings.policy_enforcement,
-                                    agent=policy.snapshot_agent(snapshot, settings.cilium_version))
+        agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
+        verdict = policy.check_flow(snapshot, pod, pod, ALL_PORTS, "TCP",
+                                    enforcement=cast(PolicyEnforcement, agent.policy_enforcement), agent=agent)
         flows.append({"zone": zone, "flow": f"pod → pod TCP/{ALL_PORTS}", "verdict": verdict.verdict,
                       "reasons": [_reason(r) for r in verdict.reasons]})
     return {

@@ -29,6 +29,10 @@ class CiliumAgent:
     cluster_name: str = "default"  # cluster-name
     non_default_deny: bool = True  # enable-non-default-deny-policies (enableDefaultDeny honoured)
     labels: tuple[str, ...] = ()  # `labels`: extra identity label prefixes (pkg/labelsfilter syntax)
+    # Policy kinds the agent does not enforce (an enable-* flag off, or a version without the kind), and
+    # kinds it may or may not enforce (the flag is not known: a verdict they change is `unknown`).
+    kinds_off: tuple[str, ...] = ()
+    kinds_unknown: tuple[str, ...] = ("ClusterNetworkPolicy",)
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     def at_least(self, major: int, minor: int) -> bool | None:

@@ -118,6 +118,17 @@ class NodeInfo:
     # Extended resources whose allocatable quantity is not a number (`nvidia.com/gpu: "eight"`), as
     # written: counted as 0 in `allocatable` and reported (engine warnings), never silently.
     unparsable: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    pod_cidrs: tuple[str, ...] = ()  # spec.podCIDRs (else spec.podCIDR): the pod IP ranges of the node
+
+
+@dataclass(frozen=True)
+class ConfigMapInfo:
+    """A ConfigMap the snapshot keeps (the Cilium agent's cilium-config): its data and labels."""
+
+    namespace: str
+    name: str
+    data: Mapping[str, str]
+    labels: Mapping[str, str]
 
 
 @dataclass(frozen=True)

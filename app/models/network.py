@@ -25,6 +25,9 @@ class Endpoint:
     host_network: bool = False
     ips: tuple[str, ...] = ()
     name: str = ""  # for messages only
+    # Where the pod's address will lie when it does not exist yet: the pod CIDRs of its zone's nodes
+    # (read only under policy-cidr-match-mode pods); an existing pod's `ips` say it exactly.
+    ranges: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

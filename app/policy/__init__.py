@@ -1,4 +1,4 @@
-"""Cilium + Kubernetes NetworkPolicy reachability: can pod A open a connection to pod B on port P?
+"""Cilium, Kubernetes NetworkPolicy and ClusterNetworkPolicy reachability: can pod A reach pod B on port P?
 
 The public API (other packages import only these names):
 
@@ -13,11 +13,17 @@ The public API (other packages import only these names):
 Pure: no I/O, no Kubernetes client. The semantics follow research/cilium-semantics.md; each module
 names the sections it implements.
 
-What the evaluator assumes about the cluster (none of it is in the snapshot):
+The agent's version and settings (`app.policy.agent`, a `CiliumAgent`: the snapshot's cilium-config
+and agent image, topoguard's settings winning) decide the identity label filter, the cluster name,
+policy-enforcement, audit mode, `enableDefaultDeny` (honoured from 1.16 with
+`enable-non-default-deny-policies`), `policy-cidr-match-mode` (pods: CIDR peers against the zone's
+pod CIDRs) and which policy kinds are enforced (ClusterNetworkPolicy from 1.20, behind
+`enable-k8s-cluster-network-policy`; a kind whose enforcement is not known makes the verdicts it
+changes `unknown`).
 
-- Cilium >= 1.16 with `enable-non-default-deny-policies` on (`enableDefaultDeny` is honoured), one
-  cluster named `default`, the default identity-relevant label filter, the L7 proxy enabled, no
-  policy audit mode, `policy-cidr-match-mode` unset (CIDR, FQDN and node peers never match a pod).
+What the evaluator still assumes about the cluster (none of it is in the snapshot):
+
+- the L7 proxy enabled, the default `policy-entity-selectors`; FQDN and node peers never match a pod.
 - `fromNodes`/`toNodes` policies are valid (`enable-node-selector-labels` on); they match no pod.
 - `allow-localhost` at its default: a pod's own node may always reach it (unless denied).
 - A hostNetwork pod's traffic carries entity `host` on its own node and `remote-node` elsewhere;
@@ -31,8 +37,9 @@ What the evaluator assumes about the cluster (none of it is in the snapshot):
   policy still wins).
 
 Module map: `selectors` (label selectors, peer scoping), `identity` (a pod's identity labels),
-`ports` (port sets and interval arithmetic), `rules` (compiled types), `cilium` and `knp`
-(compilers and validation), `index` (per-snapshot index), `verdicts` (`check_flow`).
+`ports` (port sets and interval arithmetic), `cidrs` (CIDR peers against pod addresses), `rules`
+(compiled types), `cilium`, `knp` and `kcnp` (compilers and validation), `tiers` (ClusterNetworkPolicy
+precedence), `agent` (the agent's settings), `index` (per-snapshot index), `verdicts` (`check_flow`).
 """
 
 from app.policy.identity import endpoint_for_pod

@@ -25,6 +25,16 @@ CIDR_MATCH_KEY = "policy-cidr-match-mode"
 CLUSTER_NAME_KEY = "cluster-name"
 NON_DEFAULT_DENY_KEY = "enable-non-default-deny-policies"
 LABELS_KEY = "labels"
+# The agent's switches per policy kind (pkg/option/config.go; pkg/defaults: all on but ClusterNetworkPolicy,
+# which v1.20 added behind enable-k8s-cluster-network-policy, off by default).
+KCNP_KEY = "enable-k8s-cluster-network-policy"
+KCNP_SINCE = (1, 20)
+KIND_FLAGS: Mapping[str, tuple[str, bool]] = MappingProxyType({
+    "NetworkPolicy": ("enable-k8s-networkpolicy", True),
+    "CiliumNetworkPolicy": ("enable-cilium-network-policy", True),
+    "CiliumClusterwideNetworkPolicy": ("enable-cilium-clusterwide-network-policy", True),
+    "ClusterNetworkPolicy": (KCNP_KEY, False),
+})
 # A version label some installers put on the ConfigMap; else the agent DaemonSet's image tag.
 VERSION_LABEL = "app.kubernetes.io/version"
 
@@ -68,6 +78,7 @@ def agent_settings(
     except ValueError as e:
         raise AgentConfigError(f"cilium-config {LABELS_KEY}: {e}") from e
     sources["labels"] = "cilium-config" if LABELS_KEY in data else "default"
+    kinds_off, kinds_unknown = _kinds(snapshot, found_version, sources)
     cluster = data.get(CLUSTER_NAME_KEY, "").strip() or identity.CLUSTER_NAME
     sources["clusterName"] = "cilium-config" if data.get(CLUSTER_NAME_KEY, "").strip() else "default"
     return CiliumAgent(
@@ -78,8 +89,36 @@ def agent_settings(
         cluster_name=cluster,
         non_default_deny=_flag(data, NON_DEFAULT_DENY_KEY, True, sources, "nonDefaultDeny"),
         labels=labels,
+        kinds_off=kinds_off,
+        kinds_unknown=kinds_unknown,
         sources=MappingProxyType(sources),
     )
+
+
+def kind_enforced(agent: CiliumAgent, kind: str) -> bool | None:
+    """Whether the agent enforces policies of `kind`; None when that is not known."""
+    if kind in agent.kinds_off:
+        return False
+    return None if kind in agent.kinds_unknown else True
+
+
+def _kinds(snapshot: Snapshot, version: Version | None, sources: dict[str, str]) -> tuple[tuple[str, ...], ...]:
+    """(kinds off, kinds not known) from the enable-* flags of cilium-config and the version."""
+    data = snapshot.cilium_config
+    off: list[str] = []
+    unknown: list[str] = []
+    for kind, (key, default) in KIND_FLAGS.items():
+        name = f"enforces[{kind}]"
+        if kind == "ClusterNetworkPolicy" and version is not None and version[:2] < KCNP_SINCE:
+            off.append(kind)
+            sources[name] = "ciliumVersion"
+        elif data is None:
+            if not default:
+                unknown.append(kind)
+            sources[name] = "unknown" if not default else "default"
+        elif not _flag(data, key, default, sources, name):
+            off.append(kind)
+    return tuple(off), tuple(unknown)
 
 
 def identity_filter(agent: CiliumAgent) -> identity.LabelFilter | None:
@@ -98,6 +137,15 @@ def version_filters(agent: CiliumAgent) -> tuple[identity.LabelFilter, identity.
 
 def describe_sources(agent: CiliumAgent) -> list[str]:
     """`ciliumVersion=1.20.2 (daemonset)` lines for explain / reach."""
+    return [f"{key}={item['value']} ({item['source']})" for key, item in sources_json(agent).items()]
+
+
+def sources_json(agent: CiliumAgent) -> dict[str, dict[str, str]]:
+    """Each setting the verdicts use: `{"ciliumVersion": {"value": "1.20.2", "source": "daemonset"}, ...}`.
+
+    Sources: `config` (topoguard's settings), `cilium-config` (the agent's ConfigMap), `daemonset` (the
+    agent image), `ciliumVersion` (decided by the version), `default` (the agent's default), `unknown`.
+    """
     shown = {
         "ciliumVersion": ".".join(map(str, agent.version)) if agent.version else "unknown",
         "policyEnforcement": agent.policy_enforcement,
@@ -106,8 +154,10 @@ def describe_sources(agent: CiliumAgent) -> list[str]:
         "clusterName": agent.cluster_name,
         "nonDefaultDeny": str(agent.non_default_deny).lower(),
         "labels": " ".join(agent.labels) or "(default filter)",
+        **{f"enforces[{kind}]": {True: "true", False: "false", None: "unknown"}[kind_enforced(agent, kind)]
+           for kind in KIND_FLAGS},
     }
-    return [f"{key}={value} ({agent.sources.get(key, 'default')})" for key, value in shown.items()]
+    return {key: {"value": value, "source": agent.sources.get(key, "default")} for key, value in shown.items()}
 
 
 def _version(snapshot: Snapshot, explicit: str, sources: dict[str, str]) -> Version | None:

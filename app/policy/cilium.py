@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.models.cluster import PolicyObject
+from app.models.cluster import CIDRGroup, PolicyObject
 from app.models.labels import CILIUM_NAMESPACE_LABEL
+from app.policy import cidrs as cidrs_mod
+from app.policy.cidrs import CidrRule
 from app.policy.ports import MAX_PORTS_PER_RULE, PortSpec, parse_cilium_port
 from app.policy.rules import DIRECTIONS, ENTITY_MATCHES_POD, CompiledPolicy, Direction, Entry, Peers, Rule
 from app.policy.selectors import InvalidPolicy, Requirement, Selector, parse_selector, scope_peer
@@ -53,13 +55,14 @@ class UnsupportedPolicy(Exception):
 class _Context:
     policy: PolicyObject
     namespace: str | None  # CNP: the policy namespace (subject and peer scope); CCNP: None
+    groups: Mapping[str, CIDRGroup] = field(default_factory=dict)  # CiliumCIDRGroups by name (cidrGroupRef)
     warnings: list[str] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
 
 
-def compile_cilium(policy: PolicyObject) -> CompiledPolicy:
-    """Compile one CNP/CCNP; never raises."""
-    ctx = _Context(policy, policy.namespace if policy.kind == CNP else None)
+def compile_cilium(policy: PolicyObject, groups: Mapping[str, CIDRGroup] | None = None) -> CompiledPolicy:
+    """Compile one CNP/CCNP; never raises. `groups`: the snapshot's CiliumCIDRGroups, for `cidrGroupRef`."""
+    ctx = _Context(policy, policy.namespace if policy.kind == CNP else None, groups or {})
     body: Mapping[str, Any] = policy.body
     try:
         raw_rules = _raw_rules(body)
@@ -232,12 +235,18 @@ def _peers(name: str, raw: Any, where: str, ctx: _Context) -> Peers:
                      "does not resolve")
     suffix = name.removeprefix("from").removeprefix("to")
     if suffix == "CIDR":
-        for cidr in items:
-            _network(cidr, where)
-    elif suffix == "CIDRSet":
-        for i, item in enumerate(items):
-            _cidr_rule(item, f"{where}[{i}]")
-    elif suffix == "Nodes":
+        rules = tuple(CidrRule(_network(cidr, where)) for cidr in items)
+        return Peers(never=f"{name}: {NEVER_A_POD[suffix]}", cidrs=rules)
+    if suffix == "CIDRSet":
+        found = [rule for i, item in enumerate(items) for rule in _cidr_rule(item, f"{where}[{i}]", ctx)]
+        selected = ("a cidrGroupSelector peer (the labels of CiliumCIDRGroups are not in the snapshot), or a "
+                    "CiliumCIDRGroup range that does not parse")
+        return Peers(never=f"{name}: {NEVER_A_POD[suffix]}", cidrs=tuple(r for r in found if r is not None),
+                     cidr_unresolved=selected if None in found else "")
+    if suffix == "Groups":
+        return Peers(never=f"{name}: {NEVER_A_POD[suffix]}",
+                     cidr_unresolved=f"{name}: cloud security-group addresses are not known here")
+    if suffix == "Nodes":
         nodes = tuple(parse_selector(s, f"{where}[{i}]") for i, s in enumerate(items))
         ctx.warnings.append(f"warning: {where} needs enable-node-selector-labels (else Cilium rejects the policy) "
                             "and never matches a pod")
@@ -252,18 +261,33 @@ def _network(value: Any, where: str) -> ipaddress.IPv4Network | ipaddress.IPv6Ne
         raise InvalidPolicy(f"{where}: {value!r} is not a CIDR") from e
 
 
-def _cidr_rule(raw: Any, where: str) -> None:
+def _cidr_rule(raw: Any, where: str, ctx: _Context) -> list[CidrRule | None]:
+    """A CIDRRule's CIDRs: one, a referenced CiliumCIDRGroup's (none when it does not exist: Cilium then
+    selects nothing), or [None] for a group selector, which cannot be resolved here."""
     if not isinstance(raw, Mapping):
         raise InvalidPolicy(f"{where}: must be a mapping with cidr, cidrGroupRef or cidrGroupSelector")
     chosen = [k for k in ("cidr", "cidrGroupRef", "cidrGroupSelector") if raw.get(k) is not None]
     if len(chosen) != 1:
         raise InvalidPolicy(f"{where}: needs exactly one of cidr, cidrGroupRef, cidrGroupSelector")
-    if chosen[0] == "cidr":
-        network = _network(raw["cidr"], f"{where}.cidr")
-        for j, exc in enumerate(_list(raw.get("except"), f"{where}.except")):
-            sub = _network(exc, f"{where}.except[{j}]")
-            if sub.version != network.version or not sub.subnet_of(network):  # type: ignore[arg-type]
-                raise InvalidPolicy(f"{where}.except[{j}]: {exc} is not inside {raw['cidr']}")
+    if chosen[0] == "cidrGroupSelector":
+        return [None]
+    if chosen[0] == "cidrGroupRef":
+        group = ctx.groups.get(str(raw["cidrGroupRef"]))
+        out: list[CidrRule | None] = []
+        for cidr in group.cidrs if group is not None else ():
+            try:
+                out.append(cidrs_mod.parse_rule(cidr))
+            except ValueError:
+                out.append(None)  # a range the operator would refuse: not known
+        return out
+    network = _network(raw["cidr"], f"{where}.cidr")
+    excepts = []
+    for j, exc in enumerate(_list(raw.get("except"), f"{where}.except")):
+        sub = _network(exc, f"{where}.except[{j}]")
+        if sub.version != network.version or not sub.subnet_of(network):  # type: ignore[arg-type]
+            raise InvalidPolicy(f"{where}.except[{j}]: {exc} is not inside {raw['cidr']}")
+        excepts.append(sub)
+    return [CidrRule(network, tuple(excepts))]
 
 
 def _authentication(raw: Any, path: str) -> tuple[str, ...]:

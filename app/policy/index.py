@@ -18,9 +18,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.models.cluster import PolicyObject, Snapshot
+from app.models.cluster import CIDRGroup, PolicyObject, Snapshot
 from app.models.pods import pod_index
 from app.policy.cilium import CCNP, CNP, compile_cilium
+from app.policy.kcnp import KIND as KCNP
+from app.policy.kcnp import compile_kcnp
 from app.policy.knp import KIND as KNP
 from app.policy.knp import compile_knp
 from app.policy.rules import DIRECTIONS, CompiledPolicy, Rule
@@ -71,6 +73,7 @@ class PolicyIndex:
     # Every identity key a compiled selector (subject, peer or node) can read, plus the raw keys:
     # labels outside this set never change a verdict (see `verdicts.check_flow`'s memo).
     keys_read: frozenset[str] = frozenset()
+    kinds: frozenset[str] = frozenset()  # the policy kinds the snapshot holds
 
     def rules_for(self, identity: Mapping[str, str], namespace: str) -> list[Rule]:
         """Every rule (certain or not) whose subject selects a pod with `identity` in `namespace`."""
@@ -86,20 +89,27 @@ class PolicyIndex:
                     out.append(rule)
         return out
 
+    def has_kind(self, kind: str) -> bool:
+        """Whether the snapshot holds a policy of `kind` (valid or not)."""
+        return kind in self.kinds
+
     def problems(self) -> list[tuple[str, str]]:
         return sorted((p.ref, problem) for p in self.policies for problem in p.problems)
 
 
-def compile_policy(policy: PolicyObject) -> CompiledPolicy:
-    """Compile one policy object of any supported kind; never raises."""
+def compile_policy(policy: PolicyObject, groups: Mapping[str, CIDRGroup] | None = None) -> CompiledPolicy:
+    """Compile one policy object of any supported kind; never raises. `groups`: the snapshot's
+    CiliumCIDRGroups (a CNP's `cidrGroupRef`)."""
     try:
         if policy.kind in (CNP, CCNP):
-            return compile_cilium(policy)
+            return compile_cilium(policy, groups)
         if policy.kind == KNP:
             return compile_knp(policy)
+        if policy.kind == KCNP:
+            return compile_kcnp(policy)
     except Exception as e:  # NB: a shape the compilers missed must not take the webhook down
         why = f"unsupported: the policy could not be read ({type(e).__name__}: {e})"
-        namespace = None if policy.kind == CCNP else policy.namespace
+        namespace = None if policy.kind in (CCNP, KCNP) else policy.namespace
         rule = Rule(policy.ref, policy.kind, "spec", None, namespace, directions=frozenset(DIRECTIONS), uncertain=why)
         return CompiledPolicy(policy.ref, policy.kind, (rule,), (why,))
     return CompiledPolicy(policy.ref, policy.kind, (), (f"unsupported: kind {policy.kind} is not evaluated",))
@@ -134,7 +144,7 @@ def build_index(snapshot: Snapshot) -> PolicyIndex:
 
 
 def _build(snapshot: Snapshot) -> PolicyIndex:
-    compiled = tuple(compile_policy(p) for p in snapshot.policies)
+    compiled = tuple(compile_policy(p, snapshot.cidr_groups) for p in snapshot.policies)
     buckets: dict[str, _Bucket] = defaultdict(_Bucket)
     for policy in compiled:
         for rule in policy.rules:
@@ -149,6 +159,7 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
         dict(pod_index(snapshot).named_ports),
         _host_rules(snapshot),
         _keys_read(compiled) | frozenset(_strip_source(k) for k in keys),
+        frozenset(p.kind for p in snapshot.policies),
     )
 
 

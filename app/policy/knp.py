@@ -16,6 +16,7 @@ from typing import Any
 
 from app.models.cluster import PolicyObject
 from app.models.labels import CILIUM_NAMESPACE_LABEL, CILIUM_NAMESPACE_LABELS_PREFIX
+from app.policy.cidrs import CidrRule
 from app.policy.ports import parse_knp_port
 from app.policy.rules import DIRECTIONS, CompiledPolicy, Direction, Entry, Peers, Rule
 from app.policy.selectors import InvalidPolicy, PeerSelector, Requirement, Selector, parse_selector
@@ -107,18 +108,20 @@ def _entry(policy: PolicyObject, raw: Any, path: str, direction: Direction, unsu
     if not raw_peers:
         return Entry(path, False, Peers(wildcard=True), ports)  # the true wildcard, world and host included
     selectors: list[PeerSelector] = []
+    blocks: list[CidrRule] = []
     never = ""
     for i, peer in enumerate(raw_peers):
         selector = _peer(policy, peer, f"spec.{path}.{field}[{i}]")
-        if selector is None:
+        if isinstance(selector, CidrRule):
             never = "ipBlock: a CIDR peer never matches a Cilium-managed pod (default policy-cidr-match-mode)"
+            blocks.append(selector)
         else:
             selectors.append(selector)
-    return Entry(path, False, Peers(selectors=tuple(selectors), never=never), ports)
+    return Entry(path, False, Peers(selectors=tuple(selectors), never=never, cidrs=tuple(blocks)), ports)
 
 
-def _peer(policy: PolicyObject, raw: Any, where: str) -> PeerSelector | None:
-    """One NetworkPolicyPeer; None for an ipBlock (never a pod)."""
+def _peer(policy: PolicyObject, raw: Any, where: str) -> PeerSelector | CidrRule:
+    """One NetworkPolicyPeer: a selector, or an ipBlock's CIDR rule."""
     if not isinstance(raw, Mapping):
         raise InvalidPolicy(f"{where}: must be a mapping")
     unknown = sorted(set(map(str, raw)) - {"podSelector", "namespaceSelector", "ipBlock"})
@@ -128,8 +131,7 @@ def _peer(policy: PolicyObject, raw: Any, where: str) -> PeerSelector | None:
     if block is not None:
         if pods is not None or namespaces is not None:
             raise InvalidPolicy(f"{where}: ipBlock cannot be combined with podSelector or namespaceSelector")
-        _ip_block(block, f"{where}.ipBlock")
-        return None
+        return _ip_block(block, f"{where}.ipBlock")
     if pods is None and namespaces is None:
         raise InvalidPolicy(f"{where}: needs podSelector, namespaceSelector or ipBlock")
     selector = parse_selector(pods, f"{where}.podSelector", default_source="k8s")
@@ -144,15 +146,18 @@ def _peer(policy: PolicyObject, raw: Any, where: str) -> PeerSelector | None:
     return PeerSelector(combined)
 
 
-def _ip_block(raw: Any, where: str) -> None:
+def _ip_block(raw: Any, where: str) -> CidrRule:
     if not isinstance(raw, Mapping) or not isinstance(raw.get("cidr"), str):
         raise InvalidPolicy(f"{where}: needs a cidr")
     try:
         network = ipaddress.ip_network(raw["cidr"], strict=False)
+        excepts = []
         for exc in raw.get("except") or []:
             sub = ipaddress.ip_network(str(exc), strict=False)
             if sub.version != network.version or not sub.subnet_of(network):  # type: ignore[arg-type]
                 raise InvalidPolicy(f"{where}.except: {exc} is not inside {raw['cidr']}")
+            excepts.append(sub)
+        return CidrRule(network, tuple(excepts))
     except (ValueError, TypeError) as e:
         if isinstance(e, InvalidPolicy):
             raise

@@ -81,7 +81,8 @@ def _number(value: Any, where: str) -> int | None:
     return number
 
 
-def _named(value: str, where: str) -> str:
+def parse_port_name(value: str, where: str) -> str:
+    """A port name as Cilium compares it (lower-cased); InvalidPolicy when it is not an IANA service name."""
     name = value.lower()
     if not _PORT_NAME.match(name):
         raise InvalidPolicy(f"{where}: {value!r} is neither a port number nor a valid port name")
@@ -113,7 +114,7 @@ def parse_cilium_port(raw: Any, where: str) -> PortSpec:
         raise InvalidPolicy(f"{where}.port: missing")
     number = _number(port, f"{where}.port")
     if number is None:
-        return PortSpec(str(protocol), name=_named(str(port), f"{where}.port"))
+        return PortSpec(str(protocol), name=parse_port_name(str(port), f"{where}.port"))
     end = _end_port(raw.get("endPort"), f"{where}.endPort")
     if number == 0:
         return PortSpec(str(protocol))
@@ -134,7 +135,7 @@ def parse_knp_port(raw: Any, where: str) -> PortSpec:
     if number is None:
         if end is not None:
             raise InvalidPolicy(f"{where}.endPort: cannot be used with a named port")
-        return PortSpec(str(protocol), name=_named(str(port), f"{where}.port"))
+        return PortSpec(str(protocol), name=parse_port_name(str(port), f"{where}.port"))
     if number == 0:
         raise InvalidPolicy(f"{where}.port: must be 1-{MAX_PORT}")
     if end is not None and end < number:

@@ -8,16 +8,21 @@ Must not: parse raw objects (see cilium.py / knp.py) or decide verdicts (see ver
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from app.models.cilium import Version
+from app.policy import cidrs
+from app.policy.cidrs import CidrRule
 from app.policy.ports import PortSpec
 from app.policy.selectors import Match, PeerSelector, Selector
 
 Direction = Literal["ingress", "egress"]
 DIRECTIONS: tuple[Direction, Direction] = ("ingress", "egress")
+# Policy tiers in the order Cilium evaluates them (pkg/policy/types Tier: Admin 100 < Normal 200 <
+# Baseline 250): ClusterNetworkPolicy's Admin tier, then CNP/CCNP/NetworkPolicy, then its Baseline tier.
+Tier = Literal["Admin", "Normal", "Baseline"]
 
 # Entities and whether they match a regular (non-hostNetwork) pod (cilium-semantics.md §4.5;
 # pkg/policy/api/entity.go). `cluster` holds every pod of the local cluster; `cluster-mesh` is new
@@ -63,11 +68,16 @@ class Peers:
     never: str = ""  # a field that never selects a pod (CIDR, nodes, FQDN), for messages
     maybe: str = ""  # a field whose pod match cannot be evaluated (toServices)
     nodes: tuple[Selector, ...] = ()  # fromNodes/toNodes selectors (they match remote nodes only)
+    nodes_with_host: bool = False  # the node selectors also hold the local host (ClusterNetworkPolicy `nodes`)
+    # CIDR peers (toCIDR/CIDRSet, ipBlock, networks): they match a pod only under policy-cidr-match-mode pods.
+    cidrs: tuple[CidrRule, ...] = ()
+    cidr_unresolved: str = ""  # a CIDR peer whose ranges are not known here (cidrGroupRef, toGroups)
 
     def match(self, identity: Mapping[str, str], namespace: str, *,
-              version: Version | None = None) -> tuple[Match, str]:
+              version: Version | None = None, ranges: Sequence[str] | None = None) -> tuple[Match, str]:
         """Whether a pod with `identity` in `namespace` is a peer, and which part decided it.
-        `version` (the agent's, None when unknown) settles what differs between releases."""
+        `version` (the agent's, None when unknown) settles what differs between releases; `ranges` are
+        where the pod's address lies when the agent matches CIDR peers against pods (None: it does not)."""
         if self.wildcard:
             return "yes", "any peer (no L3 selector)"
         found: tuple[Match, str] = ("no", self.never or "no peer selector matches")
@@ -88,14 +98,37 @@ class Peers:
                 return "yes", f"entity {entity}"
             if got == "maybe":
                 found = ("maybe", f"entity {entity}: membership is not defined precisely enough to evaluate")
+        if ranges is not None and (self.cidrs or self.cidr_unresolved):
+            got, why = self._match_cidrs(ranges)
+            if got == "yes":
+                return got, why
+            if got == "maybe":
+                found = (got, why)
         if self.maybe:
             found = ("maybe", self.maybe)
         return found
 
-    def match_node(self, node: str, *, pod_selectors: bool = True) -> tuple[Match, str]:
+    def _match_cidrs(self, ranges: Sequence[str]) -> tuple[Match, str]:
+        """policy-cidr-match-mode pods: the CIDR peers against where the pod's address lies."""
+        shown = ", ".join(str(c) for c in self.cidrs)
+        where = ", ".join(ranges) if ranges else "not known (no pod CIDRs on the zone's nodes)"
+        got = cidrs.match_ranges(ranges, self.cidrs) if self.cidrs else "no"
+        if got == "yes":
+            return "yes", (f"CIDR peer {shown} holds every address the pod can get ({where}; "
+                           "policy-cidr-match-mode pods)")
+        if self.cidr_unresolved:
+            return "maybe", f"{self.cidr_unresolved}: under policy-cidr-match-mode pods it may hold the pod"
+        if got == "maybe":
+            return "maybe", (f"CIDR peer {shown} holds only part of (or cannot be compared with) the addresses the pod "
+                             f"can get: {where} (policy-cidr-match-mode pods)")
+        return "no", f"CIDR peer {shown} holds none of the pod's addresses ({where})"
+
+    def match_node(self, node: str, *, pod_selectors: bool = True, cidr_nodes: bool = False) -> tuple[Match, str]:
         """Whether a hostNetwork pod's traffic, carrying the `node` identity (host | remote-node),
         is a peer. `pod_selectors=False` for a NetworkPolicy: its podSelector / namespaceSelector
-        peers select pods, never node traffic (§8); its missing `from`/`to` is the true wildcard."""
+        peers select pods, never node traffic (§8); its missing `from`/`to` is the true wildcard.
+        `cidr_nodes`: policy-cidr-match-mode nodes, where CIDR peers match node addresses, which the
+        snapshot does not hold."""
         if self.wildcard:
             return "yes", "any peer (no L3 selector)"
         found: tuple[Match, str] = ("no", f"no peer of this entry selects entity {node}")
@@ -117,10 +150,13 @@ class Peers:
         # fromNodes/toNodes select remote nodes by their labels; current Cilium ANDs reserved:remote-node,
         # so the local host is never one of them (§4.7).
         usable = [s for s in self.nodes if not s.broken]
-        if node == "remote-node" and usable:
+        if (node == "remote-node" or self.nodes_with_host) and usable:
             if any(not s.requirements for s in usable):
                 return "yes", "node selector {} (every remote node)"
             found = ("maybe", f"node selector {usable[0]}: the nodes the pods run on are not known")
+        if cidr_nodes and (self.cidrs or self.cidr_unresolved):
+            found = ("maybe", f"CIDR peer {self}: under policy-cidr-match-mode nodes it may hold the address of "
+                              f"the node behind entity {node}, which the snapshot does not tell")
         if self.maybe:
             found = ("maybe", self.maybe)
         return found
@@ -145,6 +181,13 @@ class Entry:
     peers: Peers
     ports: tuple[PortSpec, ...] | None  # None: every port of every protocol; (): none (ICMP only)
     conditions: tuple[str, ...] = ()  # L7 / authentication / listener: the allow is conditional
+    # ClusterNetworkPolicy only: its tier, the entry's precedence inside it (spec.priority + rule
+    # index / 100, lower first, as pkg/k8s ParseClusterNetworkPolicy computes it) and a Pass action
+    # (skip the rest of the tier). CNP/CCNP/KNP entries are all Normal, priority 0.
+    tier: Tier = "Normal"
+    priority: float = 0.0
+    passes: bool = False
+    label: str = ""  # how reasons name it: `tier Admin, priority 10, rule "deny-b"`
 
     def describe_ports(self) -> str:
         if self.ports is None:

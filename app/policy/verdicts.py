@@ -13,8 +13,8 @@ unknown; otherwise allow. Ports are handled as intervals, so 1-65535 costs what 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast, get_args
 
 from app.models.cilium import CiliumAgent, Version
@@ -29,11 +29,12 @@ from app.models.network import (
     VerdictKind,
 )
 from app.policy import agent as agents
-from app.policy import identity
+from app.policy import identity, tiers
 from app.policy import ports as portsets
-from app.policy.cilium import CCNP
+from app.policy.cilium import CCNP, CNP
 from app.policy.identity import LabelFilter, describe, identity_labels
 from app.policy.index import PolicyIndex, build_index
+from app.policy.kcnp import KIND as KCNP
 from app.policy.knp import KIND as KNP
 from app.policy.rules import Direction, Entry, Rule
 from app.policy.selectors import NODE_IDENTITIES
@@ -42,20 +43,19 @@ FLOW_PROTOCOLS = ("TCP", "UDP", "SCTP", "ANY")
 ENFORCEMENT_MODES: tuple[str, ...] = get_args(PolicyEnforcement)
 
 
-@dataclass(frozen=True)
-class _Hit:
-    span: portsets.Interval
-    entry: Entry
-    rule: Rule
-    why: str
+_Hit = tiers.Hit
 
 
 @dataclass
 class _Coverage:
+    """A side's entries that apply to the peer: the Normal tier's by kind, the other tiers' whole."""
+
     deny: list[_Hit] = field(default_factory=list)
     deny_maybe: list[_Hit] = field(default_factory=list)
     allow: list[_Hit] = field(default_factory=list)
     allow_conditional: list[_Hit] = field(default_factory=list)
+    admin: list[_Hit] = field(default_factory=list)
+    baseline: list[_Hit] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,14 @@ class _Side:
     port_names: Mapping[str, frozenset[int]]
     peer_node: str = ""  # host | remote-node: the peer is a hostNetwork pod seen as that identity
     version: Version | None = None  # the agent's; None when not known
+    cidr_pods: bool = False  # policy-cidr-match-mode pods: CIDR peers are matched against pod addresses
+    cidr_nodes: bool = False  # policy-cidr-match-mode nodes: CIDR peers may match node addresses
+
+    def peer_ranges(self) -> tuple[str, ...] | None:
+        """Where the peer's address lies, for CIDR peers; None when the agent never matches them to pods."""
+        if not self.cidr_pods:
+            return None
+        return self.peer.ips or self.peer.ranges
 
     @property
     def title(self) -> str:
@@ -108,16 +116,17 @@ def check_flow(
 AGENT_MEMO_KEY = "policy.agent"
 
 
-def snapshot_agent(snapshot: Snapshot, version: str = "") -> CiliumAgent:
+def snapshot_agent(snapshot: Snapshot, version: str = "", policy_enforcement: str = "") -> CiliumAgent:
     """The agent the snapshot describes (cilium-config, agent image), `version` (settings `ciliumVersion`)
-    winning when set; memoized per snapshot and version. An unusable cilium-config or version gives an agent
-    of unknown version (its problem is in `policy_problems`)."""
+    and `policy_enforcement` (settings `policyEnforcement`) winning when set; memoized per snapshot and
+    settings. An unusable cilium-config or version gives an agent of unknown version (its problem is in
+    `policy_problems`), with the explicit enforcement mode if there is one."""
     def build(s: Snapshot) -> CiliumAgent:
         try:
-            return agents.agent_settings(s, version=version)
+            return agents.agent_settings(s, version=version, policy_enforcement=policy_enforcement)
         except agents.AgentConfigError:
-            return CiliumAgent()
-    return snapshot.memo(f"{AGENT_MEMO_KEY}/{version}", build, network=True)
+            return CiliumAgent(policy_enforcement=policy_enforcement or "default")
+    return snapshot.memo(f"{AGENT_MEMO_KEY}/{version}/{policy_enforcement}", build, network=True)
 
 
 def evaluate_flow(
@@ -157,30 +166,67 @@ def evaluate_flow(
     index = build_index(snapshot)
     protocols = ("TCP", "UDP", "SCTP") if protocol == "ANY" else (protocol,)
     span = (ports.first, ports.last)
-    label_filter = agents.identity_filter(agent)
-    if label_filter is None:
-        older, newer = agents.version_filters(agent)
-        if _filter_matters(index, src, dst):
-            before = _evaluate(index, src, dst, span, protocols, enforcement, older, agent.cluster_name, None)
-            after = _evaluate(index, src, dst, span, protocols, enforcement, newer, agent.cluster_name, None)
-            return _by_version(before, after)
-        label_filter = older
-    return _evaluate(index, src, dst, span, protocols, enforcement, label_filter, agent.cluster_name, agent.version)
+
+    relax = agent.non_default_deny and agent.at_least(*NON_DEFAULT_DENY_SINCE) is not False
+
+    def judged(kinds: frozenset[str]) -> Verdict:
+        skip = _View(kinds, relax, "pods" in agent.cidr_match_mode, "nodes" in agent.cidr_match_mode)
+        label_filter = agents.identity_filter(agent)
+        if label_filter is None:
+            older, newer = agents.version_filters(agent)
+            if _filter_matters(index, src, dst):
+                before = _evaluate(index, src, dst, span, protocols, enforcement, older, agent.cluster_name, None, skip)
+                after = _evaluate(index, src, dst, span, protocols, enforcement, newer, agent.cluster_name, None, skip)
+                return _by_version(before, after)
+            label_filter = older
+        return _evaluate(index, src, dst, span, protocols, enforcement, label_filter, agent.cluster_name,
+                         agent.version, skip)
+
+    off = frozenset(k for k in agent.kinds_off if index.has_kind(k))
+    maybe = sorted(k for k in agent.kinds_unknown if k not in off and index.has_kind(k))
+    if maybe:
+        verdict = _by_setting(judged(off), judged(off | set(maybe)), lambda d, a, b: _kind_unknown(d, a, b, maybe))
+    else:
+        verdict = judged(off)
+    return _audited(verdict) if agent.audit_mode else verdict
+
+
+AUDIT_PREFIX = "policy audit mode"
+# enableDefaultDeny exists from Cilium 1.16 (PR #30572); before, the CRD prunes it (§3.2).
+NON_DEFAULT_DENY_SINCE = (1, 16)
+
+
+def _audited(verdict: Verdict) -> Verdict:
+    """Under policy-audit-mode the agent only logs the drops it would make (§3.6): a denied side is allowed,
+    with a reason saying it would be denied; `unknown` stays unknown (L7 proxies still apply their rules)."""
+    sides = []
+    for side in (verdict.egress, verdict.ingress):
+        if side.verdict != "deny":
+            sides.append(side)
+            continue
+        direction = side.reasons[0].side if side.reasons else "egress"
+        message = (f"{AUDIT_PREFIX} (cilium-config policy-audit-mode=true): Cilium only logs this {direction} drop "
+                   f"and lets the flow through; without audit mode it would be {_brief(side)}")
+        sides.append(SideVerdict("allow", (Reason(direction, "allow", message), *side.reasons)))
+    return _combine(sides[0], sides[1])
 
 
 def _evaluate(
     index: PolicyIndex, src: Endpoint, dst: Endpoint, span: portsets.Interval, protocols: Sequence[str],
     enforcement: PolicyEnforcement, label_filter: LabelFilter, cluster_name: str, version: Version | None,
+    skip: _View | None = None,
 ) -> Verdict:
+    """`skip`: which rules the agent uses (`_View`)."""
+    skip = skip or _View()
     if src.host_network or dst.host_network:
-        return _host_network(index, src, dst, span, protocols, enforcement, label_filter, cluster_name)
+        return _host_network(index, src, dst, span, protocols, enforcement, label_filter, cluster_name, skip)
     src_identity = identity_labels(src, label_filter, cluster_name=cluster_name)
     dst_identity = identity_labels(dst, label_filter, cluster_name=cluster_name)
     sides = (
-        _Side("egress", src, dst, tuple(index.rules_for(src_identity, src.namespace)), enforcement, index.port_names,
-              version=version),
-        _Side("ingress", dst, src, tuple(index.rules_for(dst_identity, dst.namespace)), enforcement, index.port_names,
-              version=version),
+        _Side("egress", src, dst, _rules(index, src_identity, src.namespace, skip), enforcement, index.port_names,
+              version=version, cidr_pods=skip.cidr_pods),
+        _Side("ingress", dst, src, _rules(index, dst_identity, dst.namespace, skip), enforcement, index.port_names,
+              version=version, cidr_pods=skip.cidr_pods),
     )
     peer_identities = (dst_identity, src_identity)
     egress, ingress = (
@@ -198,6 +244,47 @@ def _filter_matters(index: PolicyIndex, src: Endpoint, dst: Endpoint) -> bool:
     """Whether a pod carries a label that only some versions keep AND some selector reads it."""
     read = {k for k in index.keys_read if k.startswith(VERSION_DEPENDENT_PREFIX)}
     return bool(read) and any(k in read for e in (src, dst) for k in e.labels)
+
+
+@dataclass(frozen=True)
+class _View:
+    """Which rules the agent uses: kinds it does not enforce are left out; without non-default-deny policies
+    (enable-non-default-deny-policies=false, or Cilium before 1.16) `enableDefaultDeny: false` is ignored."""
+
+    skip: frozenset[str] = frozenset()
+    relax: bool = True
+    cidr_pods: bool = False
+    cidr_nodes: bool = False
+
+
+def _rules(index: PolicyIndex, identity: Mapping[str, str], namespace: str, view: _View) -> tuple[Rule, ...]:
+    rules = [r for r in index.rules_for(identity, namespace) if r.kind not in view.skip]
+    if not view.relax:
+        rules = [replace(r, enforces=r.directions) if r.kind in (CNP, CCNP) else r for r in rules]
+    return tuple(rules)
+
+
+def _kind_unknown(direction: str, enforced: SideVerdict, ignored: SideVerdict, kinds: Sequence[str]) -> str:
+    """No silent skip: the agent may or may not enforce these kinds, and they change this side."""
+    flags = ", ".join(f"{agents.KIND_FLAGS[k][0]}" for k in kinds)
+    since = ".".join(map(str, agents.KCNP_SINCE))
+    return (f"{direction}: depends on whether the Cilium agent enforces {', '.join(kinds)}, which is not known "
+            f"(Cilium >= {since} with cilium-config {flags}=true does): enforced it is {_brief(enforced)}, "
+            f"not enforced {_brief(ignored)}; let topoguard read the cilium-config ConfigMap (setting "
+            "ciliumConfig)")
+
+
+def _by_setting(first: Verdict, second: Verdict, describe: Callable[[str, SideVerdict, SideVerdict], str]) -> Verdict:
+    """One verdict for an agent setting that is not known: each side as both values agree, else unknown."""
+    sides = []
+    for direction, one, other in (("egress", first.egress, second.egress), ("ingress", first.ingress, second.ingress)):
+        if one.verdict == other.verdict:
+            sides.append(one)
+            continue
+        side = cast(Direction, direction)
+        reason = Reason(side, "unknown", describe(direction, one, other))
+        sides.append(SideVerdict("unknown", (reason, *one.reasons, *other.reasons)))
+    return _combine(sides[0], sides[1])
 
 
 def _by_version(before: Verdict, after: Verdict) -> Verdict:
@@ -251,6 +338,7 @@ def flow_key(index: PolicyIndex, endpoint: Endpoint) -> EndpointKey:
         endpoint.ips,
         endpoint.name,
         labels,
+        endpoint.ranges,
     )
 
 
@@ -278,7 +366,7 @@ def _combine(egress: SideVerdict, ingress: SideVerdict) -> Verdict:
 
 def _host_network(
     index: PolicyIndex, src: Endpoint, dst: Endpoint, span: portsets.Interval, protocols: Sequence[str],
-    enforcement: PolicyEnforcement, label_filter: LabelFilter, cluster_name: str,
+    enforcement: PolicyEnforcement, label_filter: LabelFilter, cluster_name: str, skip: _View,
 ) -> Verdict:
     """A flow from or to a hostNetwork pod (§1.4, §4.5).
 
@@ -289,10 +377,10 @@ def _host_network(
     """
     egress = (_host_side(index, "egress", src, enforcement) if src.host_network
               else _toward_node(index, "egress", src, dst, dst.ports, span, protocols, enforcement,
-                                label_filter, cluster_name))
+                                label_filter, cluster_name, skip))
     ingress = (_host_side(index, "ingress", dst, enforcement) if dst.host_network
                else _toward_node(index, "ingress", dst, src, dst.ports, span, protocols, enforcement,
-                                 label_filter, cluster_name))
+                                 label_filter, cluster_name, skip))
     return _combine(egress, ingress)
 
 
@@ -316,14 +404,15 @@ def _host_side(index: PolicyIndex, direction: Direction, pod: Endpoint, enforcem
 def _toward_node(
     index: PolicyIndex, direction: Direction, subject: Endpoint, peer: Endpoint, dst_ports: Sequence[ContainerPort],
     span: portsets.Interval, protocols: Sequence[str], enforcement: PolicyEnforcement,
-    label_filter: LabelFilter, cluster_name: str,
+    label_filter: LabelFilter, cluster_name: str, skip: _View,
 ) -> SideVerdict:
     """A pod's side toward a hostNetwork peer: judged for the peer as entity host and as remote-node."""
     identity_of_subject = identity_labels(subject, label_filter, cluster_name=cluster_name)
-    rules = tuple(index.rules_for(identity_of_subject, subject.namespace))
+    rules = _rules(index, identity_of_subject, subject.namespace, skip)
     same, other = (
         _merge([
-            _judge(_Side(direction, subject, peer, rules, enforcement, index.port_names, node), {}, dst_ports, span, p)
+            _judge(_Side(direction, subject, peer, rules, enforcement, index.port_names, node,
+                         cidr_nodes=skip.cidr_nodes), {}, dst_ports, span, p)
             for p in protocols
         ])
         for node in NODE_IDENTITIES
@@ -355,9 +444,11 @@ def _collect(
             continue
         for entry in rule.entries(side.direction):
             if side.peer_node:
-                match, why = entry.peers.match_node(side.peer_node, pod_selectors=rule.kind != KNP)
+                match, why = entry.peers.match_node(side.peer_node, pod_selectors=rule.kind != KNP,
+                                                    cidr_nodes=side.cidr_nodes)
             else:
-                match, why = entry.peers.match(peer_identity, side.peer.namespace, version=side.version)
+                match, why = entry.peers.match(peer_identity, side.peer.namespace, version=side.version,
+                                               ranges=side.peer_ranges())
             if match == "no":
                 continue
             why += _named_port_note(side, entry)
@@ -366,7 +457,10 @@ def _collect(
             else:
                 spans = [s for spec in entry.ports for s in spec.intervals(protocol, dst_ports)]
             for span in spans:
-                if entry.deny:
+                if entry.tier != "Normal":
+                    tiered = coverage.admin if entry.tier == "Admin" else coverage.baseline
+                    tiered.append(_Hit(span, entry, rule, why, match))
+                elif entry.deny:
                     (coverage.deny if match == "yes" else coverage.deny_maybe).append(_Hit(span, entry, rule, why))
                 elif match == "yes" and not entry.conditions:
                     coverage.allow.append(_Hit(span, entry, rule, why))
@@ -395,7 +489,23 @@ def _judge(
     side: _Side, peer_identity: Mapping[str, str], dst_ports: Sequence[ContainerPort],
     span: portsets.Interval, protocol: str,
 ) -> SideVerdict:
+    """The side on `span` of one protocol, tier by tier: ClusterNetworkPolicy Admin, then the Normal tier
+    (CNP/CCNP/NetworkPolicy), whose undecided ports fall to ClusterNetworkPolicy Baseline."""
     coverage = _collect(side, peer_identity, dst_ports, protocol)
+    uncertain = [r for r in side.rules if r.uncertain and r.kind == KCNP and side.direction in r.directions]
+    if uncertain:
+        # NB: its tier and actions are not known, so it may decide any port before every other policy.
+        return SideVerdict("unknown", tuple(_uncertain_reason(side, r) for r in _unique_policies(uncertain)))
+    if not coverage.admin:
+        return _judge_normal(side, coverage, span, protocol)
+    decided, rest = tiers.resolve([span], coverage.admin)
+    pieces = [_tier_verdict(side, piece, protocol) for piece in decided]
+    pieces += [_judge_normal(side, coverage, sub, protocol) for sub in rest]
+    return _merge(pieces)
+
+
+def _judge_normal(side: _Side, coverage: _Coverage, span: portsets.Interval, protocol: str) -> SideVerdict:
+    """The Normal tier on the ports no Admin entry decided; what it leaves goes to the Baseline tier."""
     denied = _hits_in(span, coverage.deny)
     if denied:
         return SideVerdict("deny", tuple(_hit_reason(side, h, part, protocol, "deny") for h, part in denied))
@@ -406,11 +516,17 @@ def _judge(
         return _from_local_host(side, span, coverage, protocol)
     enforcing = [r for r in side.rules if side.direction in r.enforces]
     enforced = side.enforcement == "always" or bool(enforcing)
-    if enforced:
-        gaps = portsets.subtract(span, [h.span for h in coverage.allow + coverage.allow_conditional])
-        if gaps:
-            opened = portsets.intersect(span, [h.span for h in coverage.allow + coverage.allow_conditional])
-            return SideVerdict("deny", _default_deny_reasons(side, enforcing, gaps, protocol, opened))
+    # Ports no Normal allow covers: the Baseline tier decides them, else the default does (default-deny
+    # when the side is enforced, allow when not). NB: Cilium consults Baseline even for a side a
+    # NetworkPolicy isolates (its default-deny is the absence of an entry, after every tier).
+    uncovered = portsets.subtract(span, [h.span for h in coverage.allow + coverage.allow_conditional])
+    baseline, still = tiers.resolve(uncovered, coverage.baseline) if coverage.baseline else ([], uncovered)
+    pieces = [_tier_verdict(side, piece, protocol) for piece in baseline]
+    if enforced and still:
+        opened = portsets.intersect(span, [h.span for h in coverage.allow + coverage.allow_conditional])
+        pieces.append(SideVerdict("deny", _default_deny_reasons(side, enforcing, still, protocol, opened)))
+    if any(p.verdict == "deny" for p in pieces):
+        return _merge(pieces)
     unsure = _hits_in(span, coverage.deny_maybe)
     # Ports only a conditional entry allows. NB: L7 rules redirect matching traffic to the proxy
     # even where the direction is not enforced (enableDefaultDeny: false does not relax them, §4.10),
@@ -420,14 +536,30 @@ def _judge(
         (h, part)
         for gap in open_gaps
         for h, part in _hits_in(gap, coverage.allow_conditional)
-        if enforced or h.entry.conditions
+        if enforced or h.entry.conditions or coverage.baseline
     ]
     if unsure:
-        return SideVerdict("unknown", tuple(_hit_reason(side, h, part, protocol, "unknown") for h, part in unsure))
-    if not enforced:
-        return SideVerdict("allow", _not_enforced_reasons(side))
-    allowed = _hits_in(span, coverage.allow)
-    return SideVerdict("allow", tuple(_hit_reason(side, h, part, protocol, "allow") for h, part in allowed))
+        pieces.append(SideVerdict("unknown", tuple(_hit_reason(side, h, part, protocol, "unknown")
+                                                   for h, part in unsure)))
+    elif not enforced:
+        pieces.append(SideVerdict("allow", _not_enforced_reasons(side)))
+    else:
+        allowed = _hits_in(span, coverage.allow)
+        pieces.append(SideVerdict("allow", tuple(_hit_reason(side, h, part, protocol, "allow") for h, part in allowed)))
+    return _merge(pieces)
+
+
+def _tier_verdict(side: _Side, piece: tiers.Piece, protocol: str) -> SideVerdict:
+    """A ClusterNetworkPolicy entry's decision on some ports, as a side verdict naming its tier and priority."""
+    hit, ports = piece.hit, portsets.show(list(piece.parts), protocol)
+    if piece.outcome == "unknown":
+        why = hit.why if hit.match != "yes" else "; ".join(hit.entry.conditions)
+        message = f"{side.title} on {ports} depends on what cannot be evaluated ({hit.entry.label}): {why}"
+    else:
+        word = "denied" if piece.outcome == "deny" else "allowed"
+        message = f"{side.title} on {ports} is {word} by this rule ({hit.entry.label}; {hit.why})"
+    reason = Reason(side.direction, piece.outcome, message, hit.rule.policy, hit.rule.kind, hit.entry.path)
+    return SideVerdict(piece.outcome, (reason,))
 
 
 def _from_local_host(side: _Side, span: portsets.Interval, coverage: _Coverage, protocol: str) -> SideVerdict:
@@ -500,6 +632,8 @@ def _not_enforced_reasons(side: _Side) -> tuple[Reason, ...]:
     message = f"{side.title}: no policy enforces {side.direction} of {describe(side.subject)}, so it is allowed"
     reasons = [Reason(side.direction, "not-enforced", message)]
     for rule in side.rules:
+        if rule.kind == KCNP:
+            continue  # it never enforces; what it decides is said by its own reasons
         if side.direction in rule.directions and side.direction not in rule.enforces:
             reasons.append(Reason(side.direction, "not-enforced",
                                   f"selects {describe(side.subject)} with enableDefaultDeny.{side.direction}=false",

@@ -65,15 +65,18 @@ def _pod(side: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _verdict_table_cases() -> list[dict[str, Any]]:
-    from tests.unit.policy import test_policy_verdicts as tables
+    from tests.unit.policy import test_policy_kcnp, test_policy_verdicts
 
     out = []
-    for table in ("ENFORCEMENT", "SELECTORS", "SCOPING", "ENTITIES", "PORTS", "DENIES", "KNPS", "UNKNOWNS"):
-        for param in getattr(tables, table):
+    tables = [(test_policy_verdicts, t) for t in
+              ("ENFORCEMENT", "SELECTORS", "SCOPING", "ENTITIES", "PORTS", "DENIES", "KNPS", "UNKNOWNS")]
+    for module, table in [*tables, (test_policy_kcnp, "KCNPS")]:
+        for param in getattr(module, table):
             case = param.values[0]
             if case.src.host_network or case.dst.host_network:
                 continue  # the oracle models Cilium endpoints; host traffic has its own tests
-            probes = probe_ports(case.ports.first, case.ports.last, case.policies)
+            probes = probe_ports(case.ports.first, case.ports.last, case.policies,
+                                 [p.port for p in case.dst.ports])
             out.append({
                 "name": f"table {table} {param.id}",
                 "policies": list(case.policies),
@@ -99,11 +102,13 @@ def _endpoint(endpoint: Any, *, with_ports: bool) -> dict[str, Any]:
     }
 
 
-def probe_ports(first: int, last: int, policies: Sequence[Mapping[str, Any]]) -> list[int]:
+def probe_ports(first: int, last: int, policies: Sequence[Mapping[str, Any]],
+                named: Sequence[int] = ()) -> list[int]:
     """The ports to ask Cilium about for `first`..`last`: both ends and every port (and its
-    neighbours) a policy names inside the range; a verdict can only change at those points."""
+    neighbours) a policy names inside the range, or that a destination port name stands for
+    (`named`: its container ports); a verdict can only change at those points."""
     probes = {first, last}
-    for number in _numbers_in(policies):
+    for number in [*_numbers_in(policies), *named]:
         for p in (number - 1, number, number + 1):
             if first <= p <= last and p > 0:
                 probes.add(p)
@@ -196,7 +201,8 @@ class Generator:
             "name": f"generated {i}",
             "policies": policies,
             "src": src, "dst": dst,
-            "first": first, "last": last, "ports": probe_ports(first, last, policies),
+            "first": first, "last": last,
+            "ports": probe_ports(first, last, policies, [p["containerPort"] for p in dst["containerPorts"]]),
             "protocol": protocol,
             "settings": {"policyEnforcement": enforcement},
             "features": sorted(self.features | {"generated"}),
@@ -386,10 +392,12 @@ class Generator:
                 rules = []
                 for n in range(r.choice((1, 1, 2))):
                     rule: dict[str, Any] = {"name": f"r{n}", "action": r.choice(("Accept", "Deny", "Pass"))}
-                    if r.random() < 0.7:
-                        rule[peer_key] = [self.kcnp_peer()]
+                    # The CRD requires at least one peer (`from` / `to`).
+                    rule[peer_key] = [self.kcnp_peer(egress=direction == "egress") for _ in range(r.choice((1, 1, 2)))]
                     if r.random() < 0.5:
-                        rule["protocols"] = [self.kcnp_protocol()]
+                        # The CRD refuses a named port beside a networks peer (no named ports there).
+                        cidr = any("networks" in peer for peer in rule.get(peer_key, ()))
+                        rule["protocols"] = [self.kcnp_protocol(named=not cidr)]
                     rules.append(rule)
                 spec[direction] = rules
         return {"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
@@ -402,15 +410,20 @@ class Generator:
         return {"pods": {"namespaceSelector": r.choice(({}, {"matchLabels": {"team": "ml"}})),
                          "podSelector": self.selector(subject=True)}}
 
-    def kcnp_peer(self) -> dict[str, Any]:
+    def kcnp_peer(self, *, egress: bool = False) -> dict[str, Any]:
         r = self.rng
+        if egress and r.random() < 0.15:
+            self.features.add("cidr")
+            return {"networks": [r.choice(("10.0.0.0/8", "0.0.0.0/0"))]}
         if r.random() < 0.4:
             return {"namespaces": r.choice(({}, {"matchLabels": {"kubernetes.io/metadata.name": OTHER}}))}
         return {"pods": {"namespaceSelector": {}, "podSelector": self.selector(subject=True)}}
 
-    def kcnp_protocol(self) -> dict[str, Any]:
+    def kcnp_protocol(self, *, named: bool = True) -> dict[str, Any]:
         r = self.rng
-        if r.random() < 0.2:
+        if r.random() < 0.1:
+            return {r.choice(("tcp", "udp")): {}}  # every port of the protocol
+        if named and r.random() < 0.2:
             self.features.add("named-port")
             return {"destinationNamedPort": r.choice(NAMED)[0]}
         protocol = r.choices(("tcp", "udp"), (4, 1))[0]

@@ -38,7 +38,7 @@ from app.policy import check_flow  # noqa: E402
 # The Cilium release the oracle is built from (hack/oracle/go.mod); topoguard is asked as for it.
 _PIN = re.search(r"github\.com/cilium/cilium (v[0-9.]+)", (HERE / "go.mod").read_text())
 ORACLE_VERSION = parse_version(_PIN.group(1)) if _PIN else None
-GENERATED_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy")
+GENERATED_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy", "ClusterNetworkPolicy")
 
 
 def topoguard_verdict(case: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -53,8 +53,10 @@ def topoguard_verdict(case: Mapping[str, Any]) -> tuple[str, list[str]]:
     snapshot = build_snapshot(objects)
     src, dst = (_endpoint(case[k], k) for k in ("src", "dst"))
     settings = case["settings"]
+    # The oracle parses every ClusterNetworkPolicy it is given, as an agent with
+    # enable-k8s-cluster-network-policy=true does.
     agent = CiliumAgent(version=ORACLE_VERSION, cluster_name=settings.get("clusterName") or "default",
-                        labels=tuple(settings.get("labels") or ()))
+                        labels=tuple(settings.get("labels") or ()), kinds_unknown=())
     verdict = check_flow(snapshot, src, dst, PortRange(case["first"], case["last"]), case["protocol"],
                          enforcement=settings.get("policyEnforcement", "default"), agent=agent)
     return verdict.verdict, [r.message for r in verdict.reasons]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.config import load_settings
+from app.config import Settings, load_settings
 from tests.chart.rendering import RELEASE, HelmError, Render, one
 
 READ_VERBS = {"get", "list", "watch"}
@@ -133,36 +133,104 @@ def test_config_change_rolls_the_pods(render: Render, default_objects: list[dict
     assert checksum(render(values={"config": {"mode": "colocate"}})) != checksum(default_objects)
 
 
-@pytest.mark.parametrize("events", [False, True], ids=["read-only by default", "events adds create on events only"])
-def test_rbac_is_read_only(render: Render, events: bool) -> None:
-    objects = render(values={"rbac": {"events": events}})
-    role = one(objects, "ClusterRole")
+READ_ONLY = {
+    ("", "nodes"): READ_VERBS, ("", "namespaces"): READ_VERBS, ("", "pods"): READ_VERBS,
+    ("networking.k8s.io", "networkpolicies"): READ_VERBS,
+    ("cilium.io", "ciliumnetworkpolicies"): READ_VERBS,
+    ("cilium.io", "ciliumclusterwidenetworkpolicies"): READ_VERBS,
+    ("cilium.io", "ciliumcidrgroups"): READ_VERBS,
+    ("policy.networking.k8s.io", "clusternetworkpolicies"): READ_VERBS,
+    ("trainer.kubeflow.org", "trainingruntimes"): READ_VERBS,
+    ("trainer.kubeflow.org", "clustertrainingruntimes"): READ_VERBS,
+    **{("kubeflow.org", r): READ_VERBS
+       for r in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")},
+    ("jobset.x-k8s.io", "jobsets"): READ_VERBS,
+    ("trainer.kubeflow.org", "trainjobs"): READ_VERBS,
+}
+AUDIT_EVENTS = {("events.k8s.io", "events"): {"create", "patch"}}
+POLICY_REPORTS = {("wgpolicyk8s.io", "policyreports"): {"get", "list", "create", "update", "patch", "delete"}}
+
+
+def _granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     granted: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
-    want = {
-        ("", "nodes"): READ_VERBS, ("", "namespaces"): READ_VERBS, ("", "pods"): READ_VERBS,
-        ("networking.k8s.io", "networkpolicies"): READ_VERBS,
-        ("cilium.io", "ciliumnetworkpolicies"): READ_VERBS,
-        ("cilium.io", "ciliumclusterwidenetworkpolicies"): READ_VERBS,
-        ("cilium.io", "ciliumcidrgroups"): READ_VERBS,
-        ("trainer.kubeflow.org", "trainingruntimes"): READ_VERBS,
-        ("trainer.kubeflow.org", "clustertrainingruntimes"): READ_VERBS,
-        **{("kubeflow.org", r): READ_VERBS
-           for r in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")},
-        ("jobset.x-k8s.io", "jobsets"): READ_VERBS,
-        ("trainer.kubeflow.org", "trainjobs"): READ_VERBS,
-    }
-    if events:
-        want |= {("", "events"): {"create"}, ("events.k8s.io", "events"): {"create"}}
-    assert granted == want
-    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    return granted
+
+
+@pytest.mark.parametrize("values, want", [
+    pytest.param({"audit": {"enabled": False}}, READ_ONLY, id="read-only without the audit"),
+    pytest.param({}, READ_ONLY | AUDIT_EVENTS | POLICY_REPORTS, id="the audit adds Events and PolicyReports"),
+    pytest.param({"audit": {"policyReports": {"enabled": False}}}, READ_ONLY | AUDIT_EVENTS,
+                 id="PolicyReports off: Events only"),
+    pytest.param({"audit": {"enabled": False}, "rbac": {"events": True}},
+                 READ_ONLY | {("", "events"): {"create"}, ("events.k8s.io", "events"): {"create"}},
+                 id="rbac.events adds create on events only"),
+])
+def test_rbac_grants_reads_and_only_the_audits_writes(
+        render: Render, values: dict[str, Any], want: dict[tuple[str, str], set[str]]) -> None:
+    objects = render(values=values)
+    role = one(objects, "ClusterRole")
+    assert _granted(role) == want
     binding = one(objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod_spec(objects)["serviceAccountName"],
                                     "namespace": "topoguard-system"}]
+    # Besides the Cilium agent's (test_the_cilium_agent_objects_are_granted_by_name below).
+    roles = [o for o in objects if o["kind"] in ("Role", "RoleBinding") and not _cilium_agent(o)]
+    if values.get("audit", {}).get("enabled", True) is False:
+        assert not roles
+
+
+def _cilium_agent(obj: dict[str, Any]) -> bool:
+    return bool(obj["metadata"]["name"].endswith("-cilium-agent"))
+
+
+def test_the_cilium_agent_objects_are_granted_by_name(render: Render) -> None:
+    objects = render(values={})
+    # The Cilium agent's ConfigMap and DaemonSet: a Role in their namespace, on those two objects only.
+    (agent_role,) = [o for o in objects if o["kind"] == "Role" and _cilium_agent(o)]
+    assert agent_role["metadata"]["namespace"] == "kube-system"
+    verbs = sorted(READ_VERBS)
+    assert agent_role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cilium-config"], "verbs": verbs},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["cilium"], "verbs": verbs},
+    ]
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and _cilium_agent(o)]
+    assert binding["roleRef"]["name"] == agent_role["metadata"]["name"]
+    assert binding["subjects"][0]["namespace"] == "topoguard-system"
+
+
+def test_the_audit_lease_is_granted_in_the_release_namespace_only(render: Render) -> None:
+    objects = render(values={})
+    (role,) = [o for o in objects if o["kind"] == "Role" and not _cilium_agent(o)]
+    assert role["metadata"]["namespace"] == "topoguard-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["topoguard-audit"],
+         "verbs": ["get", "update"]},
+    ]
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and not _cilium_agent(o)]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"][0]["name"] == pod_spec(objects)["serviceAccountName"]
+
+
+def test_audit_values_reach_the_config(render: Render) -> None:
+    objects = render(values={"audit": {"intervalSeconds": 12, "scope": "all", "policyReports": {"enabled": False}}})
+    config = yaml.safe_load(next(o for o in objects if o["kind"] == "ConfigMap"
+                                 and o["metadata"]["name"].endswith("-config"))["data"]["config.yaml"])
+    settings = Settings.model_validate(config)
+    assert (settings.audit.enabled, settings.audit.interval_seconds, settings.audit.scope,
+            settings.audit.policy_reports) == (True, 12, "all", False)
+    assert settings.audit.lease_name == "topoguard-audit"  # the name the Role grants
+
+
+def test_no_cilium_config_means_no_agent_role(render: Render) -> None:
+    objects = render(values={"config": {"ciliumConfig": ""}})
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding") and _cilium_agent(o)]
 
 
 def test_service_targets_the_webhook_port(default_objects: list[dict[str, Any]]) -> None:
@@ -176,8 +244,9 @@ def test_names_stay_within_63_characters(render: Render) -> None:
     objects = render(sets=["fullnameOverride=" + "x" * 63])
     for obj in objects:
         name = obj["metadata"]["name"]
-        limit = 253 if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                                       "ValidatingWebhookConfiguration", "ConfigMap", "Secret") else 63
+        limit = 253 if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                       "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                                       "ConfigMap", "Secret") else 63
         assert len(name) <= limit, f"{obj['kind']} {name}"
     with pytest.raises(HelmError, match="fullnameOverride"):
         render(sets=["fullnameOverride=" + "x" * 64])

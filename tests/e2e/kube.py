@@ -30,6 +30,7 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 BUILTIN_PATHS: dict[str, tuple[str, str, bool]] = {
     "Namespace": ("/api/v1", "namespaces", False),
     "Node": ("/api/v1", "nodes", False),
+    "ConfigMap": ("/api/v1", "configmaps", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
     "ValidatingWebhookConfiguration": (

@@ -132,3 +132,51 @@ def test_new_zone_node_then_policy_change_the_next_decision(
         return bool(not response["allowed"] and "lock-down" in message), response
 
     poll("the job denied by the new policy lock-down", denied_by_lock_down)
+
+
+def test_cluster_network_policy_counts_as_the_agent_config_says(
+    cluster: kube.Cluster, watching_server: TopoguardServer
+) -> None:
+    """A ClusterNetworkPolicy (the network-policy-api CRD) denying the job's namespace: `unknown` while
+    topoguard cannot tell whether the agent enforces it, denied once kube-system/cilium-config says
+    enable-k8s-cluster-network-policy, allowed again when it says false; all by watch."""
+    namespace = f"ml-kcnp-{uuid.uuid4().hex[:6]}"
+    cluster.create({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": {"topoguard.io/enabled": "true"}}})
+    job = load_job("lab-pytorchjob.yaml", namespace=namespace, job_name="kcnp")
+    ref = cluster.ref(job)
+    poll("/readyz 200", lambda: (watching_server.get_status("/readyz") == 200, None), timeout=SYNC_TIMEOUT_SECONDS)
+    assert watching_server.review("mutate", job, ref)["allowed"] is True
+
+    quarantine = {"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
+                  "metadata": {"name": f"quarantine-{namespace}"},
+                  "spec": {"tier": "Admin", "priority": 10,
+                           "subject": {"namespaces": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+                           "ingress": [{"name": "nobody", "action": "Deny", "from": [{"namespaces": {}}]}]}}
+    config = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+              "data": {"enable-k8s-cluster-network-policy": "true"}}
+    cluster.create(quarantine)
+    try:
+        def refused(word: str) -> Callable[[], tuple[bool, Any]]:
+            def probe() -> tuple[bool, Any]:
+                response = watching_server.review("mutate", job, ref)
+                message = str(response.get("status", {}).get("message", ""))
+                return bool(not response["allowed"] and word in message), response
+            return probe
+
+        poll("refused: whether the agent enforces ClusterNetworkPolicy is not known",
+             refused("enable-k8s-cluster-network-policy"))
+        cluster.create(config)
+        poll("refused by the Admin Deny the agent enforces", refused(f"quarantine-{namespace}"))
+        cluster.replace({**(cluster.get(config) or config), "data": {"enable-k8s-cluster-network-policy": "false"}})
+
+        def allowed() -> tuple[bool, Any]:
+            response = watching_server.review("mutate", job, ref)
+            return bool(response["allowed"]), response
+
+        poll("allowed once the agent does not enforce ClusterNetworkPolicy", allowed)
+    finally:
+        for obj in (config, quarantine):
+            if cluster.get(obj) is not None:
+                cluster.delete(obj)

@@ -42,6 +42,7 @@ class TopoguardServer:
     log_path: Path
     ca_file: Path | None = None
     port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)  # added to the clean environment (e.g. POD_NAME)
     process: Process = field(init=False)
 
     @property
@@ -50,7 +51,7 @@ class TopoguardServer:
 
     def start(self, *, wait_for: str = "/healthz") -> None:
         argv = [sys.executable, "-m", "app", "serve", *self.args, "--host", "127.0.0.1", "--port", str(self.port)]
-        self.process = Process("topoguard serve", argv, self.log_path, env=clean_environment())
+        self.process = Process("topoguard serve", argv, self.log_path, env={**clean_environment(), **self.env})
         self.process.start()
         try:
             wait_until(self.process, lambda: self.get_status(wait_for) == 200,
@@ -74,6 +75,14 @@ class TopoguardServer:
             return int(e.code)
         except (urllib.error.URLError, OSError):
             return None
+
+    def get_text(self, path: str) -> str:
+        """The body of GET path (e.g. /metrics), "" when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}", timeout=5, context=self._context()) as resp:
+                return str(resp.read().decode())
+        except (urllib.error.URLError, OSError):
+            return ""
 
     def ok(self, path: str) -> bool:
         return https_ok(f"{self.url}{path}", ca_file=self.ca_file)

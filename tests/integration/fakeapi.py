@@ -10,7 +10,13 @@ What it speaks (JSON shapes as the kube-apiserver sends them):
   * A compacted resourceVersion: watch → 200 + ERROR event with a 410 `Status`; list with that
     resourceVersion or an old continue token → HTTP 410.
   * Collections of CRDs that are not installed → 404 `Status`, like a missing API group.
-  * `/version`, `/api`, `/apis` discovery documents.
+  * `/version`, `/api`, `/apis` and `/apis/<group>/<version>` discovery documents.
+  * Writes, as the controller makes them (Leases, Events, PolicyReports, and any other kind):
+    `GET`/`POST` on a namespaced collection (`.../namespaces/<ns>/<plural>`, with `labelSelector`
+    `k=v` terms on lists), `GET`/`PUT`/`PATCH` (JSON merge patch, RFC 7386)/`DELETE` on an object.
+    POST of an existing name is 409 AlreadyExists; PUT with a stale `metadata.resourceVersion` is 409
+    Conflict; a missing object is 404; an events.k8s.io/v1 Event whose `series` lacks count >= 2 or
+    lastObservedTime is 422 Invalid, as the apiserver validates it. `writes(kind)` lists the writes.
 
 What a test controls: `apply`/`delete` objects, `compact()`, `bookmark()`, `drop_watches()`
 (connection cut mid-stream, no chunked terminator), `fail(...)` (inject HTTP errors),
@@ -61,7 +67,9 @@ REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
     404: "NotFound",
+    409: "Conflict",
     410: "Expired",
+    422: "Invalid",
     429: "TooManyRequests",
     500: "InternalError",
     503: "ServiceUnavailable",
@@ -106,6 +114,7 @@ class Failure:
     path: str | None  # None: every collection
     watch: bool | None  # None: lists and watches
     times: int | None  # None: until clear_failures()
+    methods: tuple[str, ...] = ("GET",)
 
 
 @dataclass
@@ -131,6 +140,11 @@ def _collections() -> list[Collection]:
         ),
         Collection("cilium.io/v2", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
         Collection("cilium.io/v2alpha1", "CiliumCIDRGroup", "ciliumcidrgroups", namespaced=False, builtin=False),
+        Collection("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy", "clusternetworkpolicies",
+                   namespaced=False, builtin=False),
+        # The Cilium agent's settings and version (read in one namespace, by name).
+        Collection("v1", "ConfigMap", "configmaps", namespaced=True, builtin=True),
+        Collection("apps/v1", "DaemonSet", "daemonsets", namespaced=True, builtin=True),
         Collection(
             "trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", namespaced=True, builtin=False
         ),
@@ -152,6 +166,11 @@ def _collections() -> list[Collection]:
                 ("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs"),
             )
         ),
+        # What the audit controller writes.
+        Collection("coordination.k8s.io/v1", "Lease", "leases", namespaced=True, builtin=True),
+        Collection("events.k8s.io/v1", "Event", "events", namespaced=True, builtin=True),
+        Collection("wgpolicyk8s.io/v1alpha2", "PolicyReport", "policyreports", namespaced=True, builtin=False,
+                   installed=False),
     ]
 
 
@@ -176,10 +195,53 @@ def matches_field_selector(obj: Mapping[str, Any], selector: str) -> bool:
     return True
 
 
-def status(code: int, message: str) -> dict[str, Any]:
+def matches_label_selector(obj: Mapping[str, Any], selector: str) -> bool:
+    """`k=v` terms joined by commas (AND); the only form the tests' clients send."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.replace("==", "=").partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def validate(coll: Collection, obj: Mapping[str, Any]) -> str:
+    """What the apiserver's validation would refuse ("" when nothing), for the kinds tests write."""
+    if not (obj.get("metadata") or {}).get("name"):
+        return "metadata.name: Required value"
+    if coll.kind == "Event" and coll.api_version == "events.k8s.io/v1":
+        for required in ("eventTime", "reportingController", "reportingInstance", "action", "reason", "regarding"):
+            if not obj.get(required):
+                return f"{required}: Required value"
+        series = obj.get("series")
+        if series is not None:
+            count = series.get("count") if isinstance(series, dict) else None
+            if not isinstance(count, int) or count < 2:
+                return "series.count: Invalid value: should be at least 2"
+            if not series.get("lastObservedTime"):
+                return "series.lastObservedTime: Required value"
+        if len(str(obj.get("note", "")).encode()) > 1024:
+            return "note: Too long: may not be more than 1024 bytes"
+    return ""
+
+
+def status(code: int, message: str, reason: str = "") -> dict[str, Any]:
     return {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": REASONS.get(code, "Unknown"), "code": code,
+        "message": message, "reason": reason or REASONS.get(code, "Unknown"), "code": code,
     }
 
 
@@ -197,6 +259,7 @@ class FakeApiServer:
         self._sockets: set[socket.socket] = set()
         self._stopping = False
         self.requests: list[Request] = []
+        self.write_log: list[tuple[str, str, str, str]] = []  # (method, kind, namespace, name) of each accepted write
         self.bookmarks_sent = 0
         if cilium:
             self.install_cilium(cidr_group_versions)
@@ -269,16 +332,21 @@ class FakeApiServer:
             meta = new.setdefault("metadata", {})
             if coll.namespaced:
                 meta.setdefault("namespace", "default")
-            key = self._key(new)
-            old = coll.objects.get(key)
-            self._rv += 1
-            meta["resourceVersion"] = str(self._rv)
-            meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-            coll.objects[key] = new
-            coll.history.append((self._rv, old, new))
-            self._cond.notify_all()
-            return copy.deepcopy(new)
+            return self._commit(coll, new)
+
+    def _commit(self, coll: Collection, new: dict[str, Any]) -> dict[str, Any]:
+        """Store `new` (create or replace) under the lock: a new resourceVersion, uid kept, watches woken."""
+        meta = new["metadata"]
+        key = self._key(new)
+        old = coll.objects.get(key)
+        self._rv += 1
+        meta["resourceVersion"] = str(self._rv)
+        meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        coll.objects[key] = new
+        coll.history.append((self._rv, old, new))
+        self._cond.notify_all()
+        return copy.deepcopy(new)
 
     def delete(self, kind: str, name: str, namespace: str = "", *, api_version: str | None = None) -> None:
         with self._cond:
@@ -292,6 +360,25 @@ class FakeApiServer:
             self._rv += 1
             coll.history.append((self._rv, old, None))
             self._cond.notify_all()
+
+    def install_policy_reports(self, installed: bool = True) -> None:
+        """Serve (or stop serving) the wgpolicyk8s.io/v1alpha2 PolicyReport CRD."""
+        with self._cond:
+            coll = self._collection("wgpolicyk8s.io/v1alpha2", "PolicyReport")
+            coll.installed = installed
+            if not installed:
+                coll.objects.clear()
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        with self._cond:
+            for c in self._collections:
+                if c.kind == kind and f"{namespace}/{name}" in c.objects:
+                    return copy.deepcopy(c.objects[f"{namespace}/{name}"])
+            return None
+
+    def writes(self, kind: str | None = None, method: str | None = None) -> list[tuple[str, str, str, str]]:
+        """The accepted writes (method, kind, namespace, name), oldest first."""
+        return [w for w in list(self.write_log) if kind in (None, w[1]) and method in (None, w[0])]
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         with self._cond:
@@ -324,12 +411,13 @@ class FakeApiServer:
     # -- fault injection -----------------------------------------------------------------------
 
     def fail(self, kind: str | None = None, *, status: int = 500, watch: bool | None = None,
-             times: int | None = None) -> None:
-        """Answer matching requests with HTTP `status` (a Status body), `times` times or until cleared."""
+             times: int | None = None, methods: tuple[str, ...] = ("GET",)) -> None:
+        """Answer matching requests with HTTP `status` (a Status body), `times` times or until cleared
+        (`methods`: which HTTP methods; the collection's lists and watches, or its objects' writes)."""
         with self._cond:
             paths = [c.path for c in self._collections if c.kind == kind] if kind else [None]
             for path in paths:
-                self._failures.append(Failure(status, path, watch, times))
+                self._failures.append(Failure(status, path, watch, times, methods))
 
     def clear_failures(self) -> None:
         with self._cond:
@@ -375,10 +463,10 @@ class FakeApiServer:
 
     # -- serving (called from handler threads) -------------------------------------------------
 
-    def _failure_for(self, path: str, watch: bool) -> int | None:
+    def _failure_for(self, path: str, watch: bool, method: str = "GET") -> int | None:
         with self._cond:
             for f in self._failures:
-                if f.path in (None, path) and f.watch in (None, watch):
+                if f.path in (None, path) and f.watch in (None, watch) and method in f.methods:
                     if f.times is not None:
                         f.times -= 1
                         if f.times <= 0:
@@ -392,14 +480,111 @@ class FakeApiServer:
                 return c
         return None
 
+    def route(self, path: str) -> tuple[Collection, str, str] | None:
+        """(collection, namespace, name) of a collection or object URL; None when nothing installed serves it.
+
+        `/api/v1/namespaces/<name>` is the Namespace object; `.../namespaces/<ns>/<plural>[/<name>]` a
+        namespaced collection or object; `<prefix>/<plural>[/<name>]` a cluster-wide one.
+        """
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["api", "v1"]:
+            api_version, rest = "v1", parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 3:
+            api_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+        else:
+            return None
+        served = {c.plural: c for c in self._collections if c.api_version == api_version and c.installed}
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in served and served[rest[2]].namespaced:
+            if len(rest) > 4:
+                return None
+            return served[rest[2]], rest[1], rest[3] if len(rest) == 4 else ""
+        if not rest or rest[0] not in served or len(rest) > 2:
+            return None
+        return served[rest[0]], "", rest[1] if len(rest) == 2 else ""
+
+    def discovery(self, api_version: str) -> dict[str, Any] | None:
+        """The APIResourceList of one group version, or None when nothing installed is served there."""
+        with self._cond:
+            served = [c for c in self._collections if c.api_version == api_version and c.installed]
+        if not served:
+            return None
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version, "resources": [
+            {"name": c.plural, "singularName": c.kind.lower(), "namespaced": c.namespaced, "kind": c.kind,
+             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]} for c in served]}
+
+    def read(self, coll: Collection, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+        with self._cond:
+            obj = coll.objects.get(f"{namespace}/{name}")
+            if obj is None:
+                return 404, status(404, f'{coll.plural} "{name}" not found', "NotFound")
+            return 200, self._visible(coll, obj, listed=False)
+
+    def write(self, method: str, coll: Collection, namespace: str, name: str,
+              body: Any) -> tuple[int, dict[str, Any]]:
+        """One POST / PUT / PATCH (merge) / DELETE, with the apiserver's answers (module docstring)."""
+        with self._cond:
+            if method == "POST":
+                if name or not isinstance(body, dict):
+                    return 405, status(405, "the server does not allow this method on the requested resource")
+                new = copy.deepcopy(body)
+                meta = new.setdefault("metadata", {})
+                name = str(meta.get("name", ""))
+                if coll.namespaced:
+                    if meta.get("namespace", namespace) != namespace:
+                        return 400, status(400, "the namespace of the provided object does not match the request")
+                    meta["namespace"] = namespace
+                if f"{namespace}/{name}" in coll.objects:
+                    return 409, status(409, f'{coll.plural} "{name}" already exists', "AlreadyExists")
+                for key in ("resourceVersion", "uid"):
+                    meta.pop(key, None)
+            else:
+                old = coll.objects.get(f"{namespace}/{name}")
+                if not name:
+                    return 405, status(405, "the server does not allow this method on the requested resource")
+                if old is None:
+                    return 404, status(404, f'{coll.plural} "{name}" not found', "NotFound")
+                if method == "DELETE":
+                    del coll.objects[f"{namespace}/{name}"]
+                    self._rv += 1
+                    coll.history.append((self._rv, old, None))
+                    self._cond.notify_all()
+                    self.write_log.append((method, coll.kind, namespace, name))
+                    return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}
+                if not isinstance(body, dict):
+                    return 400, status(400, "the body is not a JSON object")
+                if method == "PATCH":
+                    new = merge_patch(old, body)
+                else:
+                    new = copy.deepcopy(body)
+                    asked = str((new.get("metadata") or {}).get("resourceVersion", ""))
+                    if asked and asked != old["metadata"]["resourceVersion"]:
+                        return 409, status(409, f'Operation cannot be fulfilled on {coll.plural} "{name}": the '
+                                                "object has been modified; please apply your changes to the latest "
+                                                "version and try again", "Conflict")
+                meta = new.setdefault("metadata", {})
+                meta["name"], meta["uid"] = name, old["metadata"]["uid"]
+                meta["creationTimestamp"] = old["metadata"].get("creationTimestamp")
+                if coll.namespaced:
+                    meta["namespace"] = namespace
+            new.pop("kind", None)
+            new.pop("apiVersion", None)
+            new = {"apiVersion": coll.api_version, "kind": coll.kind, **new}
+            problem = validate(coll, new)
+            if problem:
+                return 422, status(422, f'{coll.kind} "{name}" is invalid: {problem}', "Invalid")
+            stored = self._commit(coll, new)
+            self.write_log.append((method, coll.kind, namespace, name))
+            return (201 if method == "POST" else 200), stored
+
     def _visible(self, coll: Collection, obj: dict[str, Any], *, listed: bool) -> dict[str, Any]:
         out = copy.deepcopy(obj)
         if listed and coll.builtin:
             return out  # NB: upstream omits kind/apiVersion on items of built-in lists
         return {"kind": coll.kind, "apiVersion": coll.api_version, **out}
 
-    def list_body(self, coll: Collection, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def list_body(self, coll: Collection, query: dict[str, str], namespace: str = "") -> tuple[int, dict[str, Any]]:
         selector = query.get("fieldSelector", "")
+        labels = query.get("labelSelector", "")
         limit = int(query.get("limit") or 0)
         with self._cond:
             token = query.get("continue")
@@ -414,7 +599,8 @@ class FakeApiServer:
                     return 410, status(410, f"too old resource version: {asked} ({self._compacted})")
                 rv = self._rv
                 items = [self._visible(coll, o, listed=True) for _, o in sorted(coll.objects.items())
-                         if matches_field_selector(o, selector)]
+                         if matches_field_selector(o, selector) and matches_label_selector(o, labels)
+                         and namespace in ("", o["metadata"].get("namespace"))]
             meta: dict[str, Any] = {"resourceVersion": str(rv)}
             if limit and len(items) > limit:
                 items, rest = items[:limit], items[limit:]
@@ -556,6 +742,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        # A response is two writes (head, then body): with Nagle on, the body waits for the client's
+        # delayed ACK of the head, 40 ms per request. The apiserver (Go) sets TCP_NODELAY too.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def _json(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
@@ -582,18 +774,30 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"kind": "APIVersions", "versions": ["v1"]})
         if url.path == "/apis":
             return self._json(200, self._groups())
-        injected = fake._failure_for(url.path, request.watch)
+        parts = url.path.strip("/").split("/")
+        if len(parts) == 3 and parts[0] == "apis":
+            found = fake.discovery(f"{parts[1]}/{parts[2]}")
+            if found is None:
+                return self._json(404, status(404, "the server could not find the requested resource"))
+            return self._json(200, found)
+        routed = fake.route(url.path)
+        injected = fake._failure_for(routed[0].path if routed else url.path, request.watch)
         if injected is not None:
             return self._json(injected, status(injected, f"injected failure {injected}"))
-        coll = fake._find(url.path)
-        if coll is None:
+        if routed is None:
             return self._json(404, status(404, "the server could not find the requested resource"))
+        coll, namespace, name = routed
+        if name:
+            return self._json(*fake.read(coll, namespace, name))
         if not request.watch:
-            return self._json(*fake.list_body(coll, query))
+            return self._json(*fake.list_body(coll, query, namespace))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        if namespace:  # a namespaced watch sees that namespace only
+            scoped = ",".join(filter(None, (query.get("fieldSelector"), f"metadata.namespace={namespace}")))
+            query = {**query, "fieldSelector": scoped}
         try:
             for event in fake.watch_events(coll, query, self.connection):
                 self._chunk(json.dumps(event).encode() + b"\n")
@@ -601,6 +805,43 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (ConnectionAbortedError, OSError):
             self.close_connection = True
+
+    def _write(self, method: str) -> None:
+        fake = self.server.fake
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        request = Request(method, url.path, query, self.headers.get("Authorization", ""))
+        fake.requests.append(request)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if request.authorization != f"Bearer {TOKEN}":
+            return self._json(401, status(401, "Unauthorized"))
+        routed = fake.route(url.path)
+        if routed is None:
+            return self._json(404, status(404, "the server could not find the requested resource"))
+        coll, namespace, name = routed
+        injected = fake._failure_for(coll.path, False, method)
+        if injected is not None:
+            return self._json(injected, status(injected, f"injected failure {injected}"))
+        if method == "PATCH" and self.headers.get("Content-Type") != "application/merge-patch+json":
+            return self._json(415, status(415, "the fake apiserver takes merge patches only"))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            return self._json(400, status(400, "the body is not JSON"))
+        self._json(*fake.write(method, coll, namespace, name, body))
+
+    def do_POST(self) -> None:  # stdlib naming
+        self._write("POST")
+
+    def do_PUT(self) -> None:  # stdlib naming
+        self._write("PUT")
+
+    def do_PATCH(self) -> None:  # stdlib naming
+        self._write("PATCH")
+
+    def do_DELETE(self) -> None:  # stdlib naming
+        self._write("DELETE")
 
     def _groups(self) -> dict[str, Any]:
         fake = self.server.fake

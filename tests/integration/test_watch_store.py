@@ -37,7 +37,8 @@ from tests.integration.fakeapi import (
 JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob")
 KINDS = (
     "Node", "Namespace", "Pod", "NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy",
-    "CiliumCIDRGroup", "TrainingRuntime", "ClusterTrainingRuntime", *JOB_KINDS,
+    "CiliumCIDRGroup", "TrainingRuntime", "ClusterTrainingRuntime", *JOB_KINDS, "ClusterNetworkPolicy",
+    "ConfigMap", "DaemonSet",
 )
 
 
@@ -118,7 +119,48 @@ def test_initial_sync_keeps_projections_of_every_kind(api: FakeApiServer, tmp_pa
     assert status.detail == dict.fromkeys(KINDS, "synced")
     assert counts == {"Node": 1, "Namespace": 1, "Pod": 1, "NetworkPolicy": 1, "CiliumNetworkPolicy": 1,
                       "CiliumClusterwideNetworkPolicy": 1, "CiliumCIDRGroup": 1, "TrainingRuntime": 1,
-                      "ClusterTrainingRuntime": 1, **dict.fromkeys(JOB_KINDS, 0)}
+                      "ClusterTrainingRuntime": 1, **dict.fromkeys(JOB_KINDS, 0), "ClusterNetworkPolicy": 0,
+                      "ConfigMap": 0, "DaemonSet": 0}
+
+
+def test_cilium_config_and_agent_image_reach_the_snapshot(api: FakeApiServer, tmp_path: Path) -> None:
+    def config_map(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
+        meta = {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "cilium"}}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+    def daemon_set(namespace: str, name: str, image: str) -> dict[str, Any]:
+        containers = [{"name": "cilium-agent", "image": image}]
+        return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": namespace},
+                "spec": {"template": {"spec": {"containers": containers}}}}
+
+    api.apply(config_map("kube-system", "cilium-config", {"enable-k8s-cluster-network-policy": "true"}))
+    api.apply(config_map("kube-system", "other", {"enable-policy": "never"}))
+    api.apply(config_map("default", "cilium-config", {"enable-policy": "always"}))
+    api.apply(daemon_set("kube-system", "cilium", "quay.io/cilium/cilium:v1.20.2@sha256:0123"))
+    api.apply(daemon_set("kube-system", "cilium-envoy", "quay.io/cilium/cilium-envoy:v1.35.0"))
+    api.apply({**make_ccnp("x"), "apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy"})
+
+    with running_store(api, tmp_path) as store:
+        wait_until(lambda: store.snapshot().cilium_image != "", what="the agent image")
+        snapshot = store.snapshot()
+        requests = [r for r in api.requests if "configmaps" in r.path or "daemonsets" in r.path]
+
+    assert dict(snapshot.cilium_config or {}) == {"enable-k8s-cluster-network-policy": "true"}
+    assert dict(snapshot.cilium_config_labels) == {"app.kubernetes.io/part-of": "cilium"}
+    assert snapshot.cilium_image == "quay.io/cilium/cilium:v1.20.2@sha256:0123"
+    assert [p.kind for p in snapshot.policies] == ["ClusterNetworkPolicy"]
+    # One object each, requested in its namespace by name (what a Role with resourceNames can grant).
+    assert {(r.path, r.query.get("fieldSelector")) for r in requests} == {
+        ("/api/v1/namespaces/kube-system/configmaps", "metadata.name=cilium-config"),
+        ("/apis/apps/v1/namespaces/kube-system/daemonsets", "metadata.name=cilium"),
+    }
+
+
+def test_no_cilium_config_leaves_the_agent_unknown(api: FakeApiServer, tmp_path: Path) -> None:
+    with running_store(api, tmp_path, settings=Settings(cilium_config="")) as store:
+        snapshot = store.snapshot()
+    assert (snapshot.cilium_config, snapshot.cilium_image) == (None, "")
+    assert not [r for r in api.requests if "configmaps" in r.path or "daemonsets" in r.path]
 
 
 def test_snapshot_holds_projections_only(api: FakeApiServer, tmp_path: Path) -> None:

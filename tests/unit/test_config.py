@@ -67,3 +67,32 @@ def test_capacity_keys_default_and_come_from_the_file_and_the_environment(tmp_pa
     assert (got.capacity_policy, got.extended_resource_toleration) == ("refuse", True)
     with pytest.raises(ConfigError, match="capacityPolicy"):
         load_settings(environ={"TOPOGUARD_CAPACITY_POLICY": "later"})
+
+
+@pytest.mark.parametrize(
+    "text, env, want",
+    [
+        pytest.param("", {}, "", id="not set: the agent's cilium-config decides"),
+        pytest.param('policyEnforcement: ""\n', {}, "", id="empty (the chart's default): the agent's cilium-config"),
+        pytest.param("policyEnforcement: default\n", {}, "default", id="set in the file: it wins"),
+        pytest.param("", {"TOPOGUARD_POLICY_ENFORCEMENT": "always"}, "always", id="set in the environment: it wins"),
+    ],
+)
+def test_policy_enforcement_is_explicit_only_when_given(tmp_path: Path, text: str, env: dict[str, str],
+                                                        want: str) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(text or "{}\n")
+    assert load_settings(cfg, environ=env).explicit_policy_enforcement() == want
+
+
+@pytest.mark.parametrize("value", ["cilium-config", "kube-system/", "/cilium-config", "a/b/c"])
+def test_cilium_config_must_be_namespace_slash_name(tmp_path: Path, value: str) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"ciliumConfig: {value}\n")
+    with pytest.raises(ConfigError, match=r"ciliumConfig|cilium_config"):
+        load_settings(cfg, environ={})
+
+
+def test_cilium_config_names_the_agent_objects() -> None:
+    assert Settings().cilium_objects() == ("kube-system", "cilium-config", "cilium")
+    assert Settings(cilium_config="").cilium_objects() is None

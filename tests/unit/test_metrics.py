@@ -9,8 +9,16 @@ from typing import get_args
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.engine import audit
 from app.http.admission import OutcomeName
-from app.metrics import REASON_CLASSES, REVIEW_OUTCOMES, Metrics
+from app.metrics import (
+    AUDIT_FINDING_TYPES,
+    AUDIT_PASS_OUTCOMES,
+    AUDIT_WRITE_RESOURCES,
+    REASON_CLASSES,
+    REVIEW_OUTCOMES,
+    Metrics,
+)
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -103,6 +111,12 @@ def test_outcomes_are_what_the_pipeline_and_the_server_emit() -> None:
                      id="help text and docs list exactly the outcomes emitted"),
         pytest.param("topoguard_decision_reasons_total", "reason", REASON_CLASSES,
                      id="help text and docs list exactly the reason classes emitted"),
+        pytest.param("topoguard_audit_findings", "type", AUDIT_FINDING_TYPES,
+                     id="help text and docs list exactly the audit finding types"),
+        pytest.param("topoguard_audit_passes_total", "outcome", AUDIT_PASS_OUTCOMES,
+                     id="help text and docs list exactly the audit pass outcomes"),
+        pytest.param("topoguard_audit_writes_total", "resource", AUDIT_WRITE_RESOURCES,
+                     id="help text and docs list exactly the resources the audit writes"),
     ],
 )
 def test_help_text_and_operations_doc_list_the_label_values(metric: str, label: str, values: tuple[str, ...]) -> None:
@@ -117,3 +131,27 @@ def test_reserved_gpus_per_zone_follow_the_last_snapshot() -> None:
     series = samples(m).items()
     got = {dict(labels)["zone"]: v for (name, labels), v in series if name == "topoguard_zone_reserved_gpus"}
     assert got == {"zone-a": 8}
+
+
+def test_audit_finding_types_are_the_engines() -> None:
+    assert AUDIT_FINDING_TYPES == audit.AUDIT_FINDING_TYPES
+
+
+def test_every_metric_has_a_row_in_the_operations_doc() -> None:
+    body, _ = Metrics().render()
+    declared = {line.split()[2] for line in body.decode().splitlines() if line.startswith("# HELP ")}
+    declared = {re.sub(r"_total$", "", name) for name in declared if not name.endswith("_created")}
+    rows = {re.sub(r"_total$", "", m) for m in re.findall(r"^\| `(topoguard_[a-z_]+)` ", DOCS.read_text(), re.M)}
+    assert declared <= rows, f"metrics without a row in docs/operations.md: {sorted(declared - rows)}"
+
+
+def test_a_replica_that_stops_leading_exports_no_findings() -> None:
+    m = Metrics()
+    m.record_audit_leader(True)
+    m.record_audit(jobs=1, findings={"split": 1}, job_findings={("ml", "PyTorchJob", "a"): {"split": 1}},
+                   duration_seconds=0.2, finished_at=5.0)
+    assert samples(m)[("topoguard_audit_findings", (("type", "split"),))] == 1
+    m.record_audit_leader(False)
+    got = samples(m)
+    assert got[("topoguard_audit_leader", ())] == 0
+    assert not any(name in ("topoguard_audit_findings", "topoguard_audit_job_findings") for name, _ in got)

@@ -31,7 +31,28 @@ def test_every_kind_is_watched_at_its_collection_url() -> None:
         "JAXJob": ("/apis/kubeflow.org/v1/jaxjobs", True),
         "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2/jobsets", True),
         "TrainJob": ("/apis/trainer.kubeflow.org/v1alpha1/trainjobs", True),
+        "ClusterNetworkPolicy": ("/apis/policy.networking.k8s.io/v1alpha2/clusternetworkpolicies", True),
+        # The Cilium agent's settings and version: one object each, in its namespace (ciliumConfig).
+        "ConfigMap": ("/api/v1/namespaces/kube-system/configmaps", False),
+        "DaemonSet": ("/apis/apps/v1/namespaces/kube-system/daemonsets", False),
     }
+
+
+def test_cilium_agent_objects_are_field_selected_by_name() -> None:
+    got = {r.kind: (r.namespace, r.field_selector) for r in resources.build_resources(
+        Settings(cilium_config="cilium/agent-config")) if r.kind in ("ConfigMap", "DaemonSet")}
+    assert got == {"ConfigMap": ("cilium", "metadata.name=agent-config"),
+                   "DaemonSet": ("cilium", "metadata.name=cilium")}
+
+
+def test_empty_cilium_config_reads_neither() -> None:
+    kinds = {r.kind for r in resources.build_resources(Settings(cilium_config=""))}
+    assert not kinds & {"ConfigMap", "DaemonSet"}
+
+
+def test_cluster_network_policies_are_also_read_at_a_newer_version() -> None:
+    (kcnp,) = [r for r in resources.build_resources(Settings()) if r.kind == "ClusterNetworkPolicy"]
+    assert kcnp.api_versions == ("policy.networking.k8s.io/v1alpha2", "policy.networking.k8s.io/v1beta1")
 
 
 def test_cidr_groups_fall_back_to_v2alpha1() -> None:

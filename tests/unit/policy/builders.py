@@ -90,3 +90,45 @@ def endpoint(
 
 def snapshot(*policies: Mapping[str, Any]) -> Snapshot:
     return build_snapshot(list(policies))
+
+
+def kcnp(name: str = "cnp", *, tier: str = "Admin", priority: int = 10, subject: Any = None,
+         ingress: Sequence[Any] | None = None, egress: Sequence[Any] | None = None) -> dict[str, Any]:
+    """A Kubernetes ClusterNetworkPolicy (policy.networking.k8s.io/v1alpha2); subject defaults to every pod
+    of the test namespace."""
+    spec: dict[str, Any] = {
+        "tier": tier,
+        "priority": priority,
+        "subject": subject if subject is not None else {"namespaces": sel(**{"kubernetes.io/metadata.name": NS})},
+    }
+    if ingress is not None:
+        spec["ingress"] = list(ingress)
+    if egress is not None:
+        spec["egress"] = list(egress)
+    return {"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def kcnp_rule(action: str, name: str = "", *, pods: Any = None, namespaces: Any = None, direction: str = "ingress",
+              protocols: Sequence[Any] | None = None, peers: Sequence[Any] | None = None) -> dict[str, Any]:
+    """One ClusterNetworkPolicy rule: `kcnp_rule("Deny", pods=sel(role="worker"))` (pods in any namespace)."""
+    if peers is None:
+        if pods is not None:
+            peers = [{"pods": {"namespaceSelector": {}, "podSelector": pods}}]
+        else:
+            peers = [{"namespaces": namespaces if namespaces is not None else {}}]
+    out: dict[str, Any] = {"action": action, "from" if direction == "ingress" else "to": list(peers)}
+    if name:
+        out["name"] = name
+    if protocols is not None:
+        out["protocols"] = list(protocols)
+    return out
+
+
+def tcp(number: int | None = None, end: int | None = None) -> dict[str, Any]:
+    """A ClusterNetworkPolicy protocol: tcp port `number`, `number`-`end`, or every TCP port."""
+    if number is None:
+        return {"tcp": {}}
+    if end is None:
+        return {"tcp": {"destinationPort": {"number": number}}}
+    return {"tcp": {"destinationPort": {"range": {"start": number, "end": end}}}}

@@ -73,3 +73,40 @@ def test_sources_say_where_values_came_from() -> None:
 )
 def test_parse_version(text: str, want: tuple[int, int, int] | None) -> None:
     assert parse_version(text) == want
+
+
+KCNP = "ClusterNetworkPolicy"
+
+
+@pytest.mark.parametrize(
+    "snapshot, kwargs, off, unknown",
+    [
+        pytest.param(snap(), {}, (), (KCNP,), id="no cilium-config: ClusterNetworkPolicy enforcement unknown"),
+        pytest.param(snap(image="x:v1.20.2"), {}, (), (KCNP,), id="1.20 without its cilium-config: still unknown"),
+        pytest.param(snap(image="x:v1.15.6"), {}, (KCNP,), (), id="before 1.20 there is no ClusterNetworkPolicy"),
+        pytest.param(snap({}, image="x:v1.20.2"), {}, (KCNP,), (), id="1.20, flag absent: off (its default)"),
+        pytest.param(snap({"enable-k8s-cluster-network-policy": "true"}, image="x:v1.20.2"), {}, (), (),
+                     id="1.20 with enable-k8s-cluster-network-policy: enforced"),
+        pytest.param(snap({"enable-k8s-cluster-network-policy": "true"}), {"version": "1.19.4"}, (KCNP,), (),
+                     id="an explicit ciliumVersion before 1.20 wins over the flag"),
+        pytest.param(snap({"enable-k8s-networkpolicy": "false", "enable-cilium-network-policy": "false",
+                           "enable-cilium-clusterwide-network-policy": "false"}),
+                     {}, ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", KCNP), (),
+                     id="every enable-* switch off"),
+    ],
+)
+def test_policy_kinds_the_agent_enforces(snapshot: Snapshot, kwargs: dict[str, Any], off: tuple[str, ...],
+                                         unknown: tuple[str, ...]) -> None:
+    agent = agents.agent_settings(snapshot, **kwargs)
+    assert (set(agent.kinds_off), set(agent.kinds_unknown)) == (set(off), set(unknown))
+    for kind in off:
+        assert agents.kind_enforced(agent, kind) is False
+    for kind in unknown:
+        assert agents.kind_enforced(agent, kind) is None
+
+
+def test_sources_show_what_each_policy_kind_depends_on() -> None:
+    lines = agents.describe_sources(agents.agent_settings(snap({"enable-k8s-networkpolicy": "false"})))
+    assert "enforces[NetworkPolicy]=false (cilium-config)" in lines
+    assert "enforces[ClusterNetworkPolicy]=false (default)" in lines
+    assert "enforces[ClusterNetworkPolicy]=unknown (unknown)" in agents.describe_sources(agents.agent_settings(snap()))
