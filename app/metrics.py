@@ -19,6 +19,7 @@ PREFIX = "topoguard"
 # (apiserver_admission_webhook_admission_duration_seconds, research/perf-rel-sec.md A.2); keeping
 # them lets the two views be compared bucket by bucket. 8 s is the app-side deadline.
 REVIEW_DURATION_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 8.0)
+PUBLISH_BUCKETS_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # Every value of `topoguard_reviews_total{outcome}`: the admission pipeline's outcomes
 # (app.http.admission.OutcomeName), then the two only the server answers with (app.http.routes).
@@ -71,6 +72,11 @@ class Metrics:
         )
         self.cache_objects = Gauge(f"{PREFIX}_cache_objects", "Objects in the current snapshot.", ["kind"], registry=r)
         self.cache_age = Gauge(f"{PREFIX}_cache_age_seconds", "Seconds since the snapshot was published.", registry=r)
+        self.snapshot_publish = Histogram(
+            f"{PREFIX}_snapshot_publish_seconds",
+            "Time to publish a snapshot from the watch cache: build it and warm its indexes (publisher thread).",
+            buckets=PUBLISH_BUCKETS_SECONDS, registry=r,
+        )
         self.cache_synced = Gauge(f"{PREFIX}_cache_synced", "1 when every watched kind has synced.", registry=r)
         self.zone_free_gpus = Gauge(
             f"{PREFIX}_zone_free_gpus", "Unallocated GPUs on Ready, schedulable nodes per zone.", ["zone"], registry=r,
@@ -175,6 +181,9 @@ class Metrics:
         self.cache_age.set(age_seconds)
         for kind, count in objects.items():
             self.cache_objects.labels(kind=kind).set(count)
+
+    def record_publish(self, seconds: float) -> None:
+        self.snapshot_publish.observe(seconds)
 
     def record_reserved(self, reserved_gpus: Mapping[str, int]) -> None:
         """Replace the per-zone reserved-GPU series (the stored jobs' reservations of the last snapshot)."""

@@ -104,6 +104,8 @@ class KindCache:
         self.items: dict[str, Any] = {}
         self.resource_version = ""
         self.generation = 0  # bumped on every content change, so readers can reuse what they built
+        # Aggregates kept as items come and go (Resource.aggregate; e.g. the pods' PodIndexBuilder).
+        self.aggregate: Any = resource.aggregate() if resource.aggregate is not None else None
 
     def _typed(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         # NB: items of a built-in List carry no kind/apiVersion; projections need them.
@@ -119,15 +121,25 @@ class KindCache:
         self.resource_version = resource_version_of(obj) or self.resource_version
         key = object_key(obj)
         projection = None if event_type == DELETED else self.project(obj)
+        old = self.items.get(key)
         if projection is None:
             if self.items.pop(key, None) is None:
                 return False
-        elif self.items.get(key) == projection:
+        elif old == projection:
             return False
         else:
             self.items[key] = projection
+        if self.aggregate is not None:
+            self.aggregate.replace(old, projection)
         self.generation += 1
         return True
+
+    def put(self, key: str, projection: Any) -> None:
+        """Keep a listed object's projection (a list fills a fresh cache with this)."""
+        old = self.items.get(key)
+        self.items[key] = projection
+        if self.aggregate is not None:
+            self.aggregate.replace(old, projection)
 
 
 def describe(error: BaseException) -> str:
@@ -300,7 +312,7 @@ class Reflector:
                 if isinstance(obj, Mapping):
                     projection = fresh.project(obj)
                     if projection is not None:
-                        fresh.items[object_key(obj)] = projection
+                        fresh.put(object_key(obj), projection)
             meta = body.get("metadata")
             meta = meta if isinstance(meta, Mapping) else {}
             fresh.resource_version = str(meta.get("resourceVersion") or "")

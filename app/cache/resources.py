@@ -20,6 +20,7 @@ from app.cache import projections
 from app.cache.errors import ApiError
 from app.config import Settings
 from app.engine import ledger
+from app.models.pods import PodIndexBuilder
 
 # Non-terminal pods, bound or pending: the snapshot keeps the bound GPU pods (GPU capacity, DESIGN.md
 # step 3) and every pod of a training job (the audit: which zones its pods run in, which are pending).
@@ -54,6 +55,8 @@ class Resource:
     optional: bool = False
     field_selector: str = ""
     namespace: str = ""
+    # Makes an aggregate kept as projections come and go (`replace(old, new)`, `freeze()`); None: none.
+    aggregate: Callable[[], Any] | None = None
 
     def path(self, api_version: str) -> str:
         """The collection URL path (for logs and the fake apiserver)."""
@@ -109,6 +112,7 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
             ("v1",),
             _pod_projector(tuple(settings.gpu_resources)),
             field_selector=POD_FIELD_SELECTOR,
+            aggregate=PodIndexBuilder,
         ),
         Resource("NetworkPolicy", "networkpolicies", ("networking.k8s.io/v1",), projections.project_policy),
         Resource(

@@ -31,12 +31,16 @@ from app.cache.errors import CacheNotReadyError, ClientConfigError
 from app.cache.reflector import KindCache, Reflector, WatchTuning
 from app.cache.store import SyncStatus
 from app.config import Settings
-from app.models.cluster import Snapshot
+from app.models.cluster import NetworkMemo, Snapshot
+from app.models.pods import PodIndex
 
 log = logging.getLogger(__name__)
 
 POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "ClusterNetworkPolicy")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+# The kinds no verdict reads (models/cluster.py NetworkMemo): a change to them keeps the network memo (the
+# pods' named ports aside). Any other kind, present or added later, counts as a network input.
+NOT_NETWORK_KINDS = frozenset({"Node", "Pod", *RUNTIME_KINDS, *resources.JOB_KINDS})
 # Kinds whose absence is no missing input: no Trainer runtimes, no ClusterNetworkPolicy CRD (nothing to enforce).
 UNNEEDED_WHEN_ABSENT = (*RUNTIME_KINDS, "ClusterNetworkPolicy")
 
@@ -102,10 +106,13 @@ class WatchStore:
         ]
         self._threads: list[threading.Thread] = []
         self._subscribers: list[Callable[[Snapshot], None]] = []
+        self._publish_observers: list[Callable[[float], None]] = []
         self._snapshot: Snapshot | None = None  # swapped atomically; None until the first sync
         self._revision = 0
         self._built: dict[str, tuple[KindCache, int, tuple[Any, ...]]] = {}  # kind -> (cache, generation, values)
         self._published_at = time.monotonic()
+        self._absent: tuple[str, ...] = ()  # the absent kinds of the last snapshot built
+        self._last_publish_seconds = 0.0
 
     # -- Store -----------------------------------------------------------------------------
 
@@ -191,7 +198,10 @@ class WatchStore:
         interval = self._tuning.publish_interval_seconds
         while not self._stop.is_set():
             self._changed.wait()
-            if self._stop.wait(interval):  # let a burst of events land in the same snapshot
+            # Let a burst of events land in the same snapshot; under steady churn, wait at least as long as
+            # the last publish took, so publishing takes at most about half a core however large the
+            # cluster, and an event is visible within two publishes' time.
+            if self._stop.wait(max(interval, self._last_publish_seconds)):
                 return
             self._changed.clear()
             try:
@@ -199,14 +209,25 @@ class WatchStore:
             except Exception:  # publishing must outlive a bad object
                 log.exception("building the cluster snapshot failed")
 
+    def observe_publish(self, callback: Callable[[float], None]) -> None:
+        """Call `callback(seconds)` after every publish: building the snapshot and running its subscribers."""
+        self._publish_observers.append(callback)
+
     def _publish(self) -> None:
         if not all(r.listed for r in self._reflectors):
             return
+        started = time.perf_counter()
         snapshot = self._build()
         self._snapshot = snapshot  # the atomic swap readers rely on
         self._published_at = time.monotonic()
         for callback in list(self._subscribers):
             self._notify(callback, snapshot)
+        took = self._last_publish_seconds = time.perf_counter() - started
+        for observer in list(self._publish_observers):
+            try:
+                observer(took)
+            except Exception:
+                log.exception("publish observer %r failed", observer)
 
     def _build(self) -> Snapshot:
         """A new Snapshot; kinds that did not change since the last one reuse its tuples."""
@@ -220,13 +241,17 @@ class WatchStore:
             absent = tuple(
                 r.resource.kind for r in self._reflectors if r.absent and r.resource.kind not in resources.JOB_KINDS
             )
+            # The pods' aggregates at the same moment as the pods copied (models/pods.py).
+            pods = next(r.cache for r in self._reflectors if r.resource.kind == "Pod").aggregate.freeze()
         for kind, (cache, generation, items) in copied.items():
-            items.sort(key=lambda kv: kv[0])
+            if kind != "Pod":  # pods are read through their aggregates (models/pods.py), in no order
+                items.sort(key=lambda kv: kv[0])
             self._built[kind] = (cache, generation, tuple(v for _, v in items))
         held = {kind: built[2] for kind, built in self._built.items()}
         config_maps: tuple[Any, ...] = held.get("ConfigMap", ())
         images: tuple[Any, ...] = held.get("DaemonSet", ())
         self._revision += 1
+        network = self._network_memo(set(copied), absent, pods)
         return Snapshot(
             nodes=held["Node"],
             namespaces=MappingProxyType({v.name: v for v in held["Namespace"]}),
@@ -240,11 +265,28 @@ class WatchStore:
                 {(v.kind, v.namespace, v.name): v for kind in RUNTIME_KINDS for v in held.get(kind, ())}
             ),
             jobs=tuple(job for kind in resources.JOB_KINDS for job in held.get(kind, ())),
+            network_memo=network,
+            pod_index=pods,
             # The field selectors hold at most one of each (ciliumConfig; None/"" when not read or absent).
             cilium_config=config_maps[0].data if config_maps else None,
             cilium_config_labels=config_maps[0].labels if config_maps else MappingProxyType({}),
             cilium_image=images[0] if images else "",
         )
+
+    def _network_memo(self, changed: set[str], absent: tuple[str, ...], pods: PodIndex) -> NetworkMemo:
+        """The previous snapshot's network memo when this one's network inputs are the same, else a new one.
+
+        Every kind counts as a network input except those listed in NOT_NETWORK_KINDS; of the pods only
+        their named ports do (`PodIndex.named_ports`).
+        """
+        previous = self._snapshot.network_memo if self._snapshot is not None else None
+        if previous is None or absent != self._absent or any(k not in NOT_NETWORK_KINDS for k in changed):
+            self._absent = absent
+            return NetworkMemo(pods.named_ports)
+        if pods.named_ports != previous.named_ports:
+            return NetworkMemo(pods.named_ports)
+        return previous
+
 
     @staticmethod
     def _notify(callback: Callable[[Snapshot], None], snapshot: Snapshot) -> None:

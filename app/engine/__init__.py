@@ -6,7 +6,7 @@ Must not import kubernetes, fastapi, starlette, uvicorn or prometheus_client (im
 
 from app.engine.budget import Deadline, DeadlineExceeded, within
 from app.engine.cached import Pending, decide, pending, validate
-from app.engine.decide import decide_fresh, prepare
+from app.engine.decide import decide_fresh, job_key, prepare
 from app.engine.flows import IndexValuesLimitError
 from app.engine.memo import JOB_PLACEHOLDER, render, render_json
 from app.engine.validation import validate_fresh
@@ -19,6 +19,7 @@ __all__ = [
     "Pending",
     "decide",
     "decide_fresh",
+    "job_key",
     "pending",
     "prepare",
     "render",

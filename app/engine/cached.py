@@ -7,7 +7,6 @@ where a deadline can be kept). `decide`/`validate` are `pending(...).result()`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.config import Settings
@@ -51,12 +50,12 @@ def pending(
     settings: Settings,
     *,
     suspended: bool = False,
-    in_flight: Sequence[ledger.Hold] = (),
+    in_flight: ledger.ZoneTotals | None = None,
 ) -> Pending:
     """The mutating (`decide`) or validating (`validate`) decision for the group, looked up in the memo.
 
-    `suspended`: the job waits for a queue manager; `in_flight`: this replica's holds for jobs it
-    admitted that the snapshot does not show yet (engine/ledger.py).
+    `suspended`: the job waits for a queue manager; `in_flight`: per zone, the GPUs this replica holds
+    for other jobs it admitted that the snapshot does not show yet (`ledger.in_flight_totals`).
     """
     colocated = kind == "validate" and is_colocated(group, settings.zone_label)
     reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group),

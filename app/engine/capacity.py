@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.models.cluster import NodeInfo, Snapshot, Taint, freeze
+from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, freeze
 from app.models.labels import HOSTNAME_LABEL
+from app.models.pods import pod_index
 
 # A label key counts as per-node when it takes more distinct values than this floor and than half of
 # the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
@@ -127,18 +128,10 @@ class ZoneIndex:
         return self.classes.get(zone, ())
 
 
-def held_gpus(snapshot: Snapshot, gpu_resources: Iterable[str]) -> dict[str, dict[str, int]]:
-    """GPUs requested per node by the non-terminal pods bound to it."""
-    wanted = frozenset(gpu_resources)
-    held: dict[str, dict[str, int]] = defaultdict(dict)
-    for pod in snapshot.pods:
-        if not pod.node_name or pod.terminal:
-            continue
-        for resource, count in pod.requests.items():
-            if resource in wanted and count:
-                per_node = held[pod.node_name]
-                per_node[resource] = per_node.get(resource, 0) + count
-    return held
+def held_gpus(snapshot: Snapshot) -> Mapping[str, Mapping[str, int]]:
+    """Extended resources (GPUs among them) requested per node by the non-terminal pods bound to it: kept
+    with the snapshot's pods (models/pods.py), not counted per snapshot."""
+    return pod_index(snapshot).held
 
 
 def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
@@ -156,20 +149,47 @@ def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
     return frozenset(unique | {HOSTNAME_LABEL})
 
 
+ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str, ...]]
+# What a node contributes to its class besides its free GPUs depends on the node alone (and the node set's
+# per-node keys), so it is kept by their identity from one snapshot to the next: a publish after a pod
+# change only counts each node's free GPUs again.
+_NODE_CLASSES: IdentityMemo[tuple[ClassKey, Mapping[str, int]]] = IdentityMemo(4096)
+_TARGETS: IdentityMemo[tuple[tuple[NodeInfo, ...], frozenset[str]]] = IdentityMemo(16)
+
+
+def _targets(nodes: tuple[NodeInfo, ...], zone_label: str) -> tuple[tuple[NodeInfo, ...], frozenset[str]]:
+    """The placement targets (Ready, schedulable, zoned nodes) and their per-node label keys."""
+    def build() -> tuple[tuple[NodeInfo, ...], frozenset[str]]:
+        targets = tuple(n for n in nodes if n.ready and not n.unschedulable and n.labels.get(zone_label))
+        return targets, _per_node_keys(targets)
+    return _TARGETS.get((nodes, zone_label), build)
+
+
+def _node_class(
+    node: NodeInfo, per_node: frozenset[str], gpu_resources: tuple[str, ...], zone_label: str
+) -> tuple[ClassKey, Mapping[str, int]]:
+    offered = {r: node.allocatable.get(r, 0) for r in gpu_resources if node.allocatable.get(r, 0) > 0}
+    shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
+    return (node.labels[zone_label], shared, node.taints, tuple(sorted(offered))), freeze(offered)
+
+
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
-    targets = [n for n in snapshot.nodes if n.ready and not n.unschedulable and n.labels.get(zone_label)]
-    per_node = _per_node_keys(targets)
-    held = held_gpus(snapshot, gpu_resources)
-    ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str, ...]]
+    targets, per_node = _targets(snapshot.nodes, zone_label)
+    _NODE_CLASSES.fit(len(targets))
+    held = held_gpus(snapshot)
     grouped: dict[ClassKey, list[NodeSlot]] = defaultdict(list)
+    resources = tuple(gpu_resources)
     for node in targets:
-        offered = {r: node.allocatable.get(r, 0) for r in gpu_resources if node.allocatable.get(r, 0) > 0}
-        used = held.get(node.name, {})
-        free: Mapping[str, int] = freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()})
-        shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
-        key: ClassKey = (node.labels[zone_label], shared, node.taints, tuple(sorted(offered)))
-        grouped[key].append(NodeSlot(node.name, node.labels, free, freeze(offered)))
+        key, offered = _NODE_CLASSES.get(
+            (node, per_node, resources, zone_label),
+            lambda node=node: _node_class(node, per_node, resources, zone_label),  # type: ignore[misc]
+        )
+        used = held.get(node.name)
+        free: Mapping[str, int] = (
+            freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()}) if used else offered
+        )
+        grouped[key].append(NodeSlot(node.name, node.labels, free, offered))
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
     for number, ((zone, shared, taints, offered_keys), slots) in enumerate(grouped.items()):
         pool = Pool.of(slots, owner=f"{zone}#{number}")

@@ -20,6 +20,7 @@ memoized per snapshot (engine/cached.py).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -36,17 +37,30 @@ from app.models.network import PolicyEnforcement
 
 
 @dataclass
+class Shape:
+    """What every job of one shape shares on a snapshot (`memo.per_shape`): the flow checker with its
+    verdicts, and the zones' fits per strictness. Neither reads capacity."""
+
+    checker: FlowChecker
+    fits: dict[bool, tuple[zones.ZoneFit, ...]] = field(default_factory=dict)
+
+
+@dataclass
 class Run:
-    """One evaluation: the inputs, the zone index and the shared flow checker."""
+    """One evaluation: the inputs, the zone index and what the group's shape shares."""
 
     group: JobGroup
     snapshot: Snapshot
     settings: Settings
     strict: bool
     index: capacity.ZoneIndex
-    checker: FlowChecker
+    shape: Shape
     reserved: ledger.Reserved = field(default_factory=ledger.Reserved)  # GPUs admitted jobs will take
     suspended: bool = False  # held by a queue manager: placed by network and total allocatable only
+
+    @property
+    def checker(self) -> FlowChecker:
+        return self.shape.checker
 
     def ranges(self, zone: str) -> tuple[str, ...]:
         """The pod CIDRs of the zone's nodes when the agent matches CIDR peers against pods
@@ -90,37 +104,44 @@ def start_run(
     reserved: ledger.Reserved | None = None,
     suspended: bool = False,
 ) -> Run:
-    """Begin one evaluation on the snapshot's memoised zone index with a fresh verdict cache.
+    """Begin one evaluation on the snapshot's memoised zone index, with the flow checker (and its
+    verdicts) every job of the group's shape shares on this snapshot (`memo.shared_checker`).
 
     `reserved` defaults to the snapshot's stored reservations without the group's own.
     """
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
     agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
-    checker = FlowChecker(
+    # NB: the checker is kept in the snapshot's own memo, so it refers to the snapshot weakly: a strong
+    # reference would be a cycle, and a replaced snapshot would wait for a full collection (the server
+    # freezes the heap after each publish: app/http/app.py settle_heap) instead of going at once.
+    shape = memo.per_shape(group, snapshot, settings, lambda: Shape(FlowChecker(
         group=group,
-        snapshot=snapshot,
+        snapshot=weakref.proxy(snapshot),
         enforcement=cast(PolicyEnforcement, agent.policy_enforcement),
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
         agent=agent,
-    )
+    )))
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
-    return Run(group, snapshot, settings, strict, index, checker, reserved, suspended)
+    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended)
 
 
-def fit_zones(run: Run) -> list[zones.ZoneFit]:
-    """Every zone of the index fitted for the run's group."""
-    return [
-        zones.fit_zone(
-            run.group,
-            run.index,
-            z,
-            strict=run.strict,
-            extended_resource_toleration=run.settings.extended_resource_toleration,
+def fit_zones(run: Run) -> tuple[zones.ZoneFit, ...]:
+    """Every zone of the index fitted for the run's group (once per shape, snapshot and strictness)."""
+    found = run.shape.fits.get(run.strict)
+    if found is None:
+        found = run.shape.fits[run.strict] = tuple(
+            zones.fit_zone(
+                run.group,
+                run.index,
+                z,
+                strict=run.strict,
+                extended_resource_toleration=run.settings.extended_resource_toleration,
+            )
+            for z in run.index.zones
         )
-        for z in run.index.zones
-    ]
+    return found
 
 
 def _gpu_breakdown(group: JobGroup) -> str:

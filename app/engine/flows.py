@@ -15,13 +15,18 @@ Cost control, exact:
   for all its pods: as many as policies name values, however many pods there are.
 - Only when a selector uses the index label in a way whose values cannot be enumerated are
   indices enumerated, up to `MAX_ENUMERATED_PODS`; flows of pods beyond that are `unknown`.
-- Verdicts are cached per (source, destination, ports, protocol) for the whole decision: without
-  a zone identity label the pods look the same in every zone, so each flow is evaluated once.
+- Verdicts are cached per (source, destination, ports, protocol), and a zone's whole result per
+  the labels the zone adds: without a zone identity label the pods look the same in every zone, so
+  each flow is evaluated once. A checker is shared by every job of one shape on a snapshot
+  (`memo.shared_checker`; its inputs are the decision key's network part), so concurrent decisions
+  may use it at once: its caches only ever gain entries that any of them would compute alike, and
+  the pod classes (which count toward the index-values limit) are found once, under a lock.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +45,7 @@ SEVERITY: Mapping[str, int] = {"allow": 0, "unknown": 1, "deny": 2}
 _INDEX_VALUE = re.compile(r"0|[1-9][0-9]*")
 
 EndpointKey = tuple[object, ...]
+CheckKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]  # a zone's labels and pod CIDRs
 DEFAULT_INDEX_VALUES_LIMIT = 64  # app.config.Limits.policy_index_values_per_job
 
 
@@ -61,7 +67,7 @@ class PodClass:
 
 @dataclass
 class FlowChecker:
-    """Simulates a group's flows; holds the per-decision verdict cache."""
+    """Simulates a group's flows; holds the verdicts of every job of its shape on one snapshot."""
 
     group: JobGroup
     snapshot: Snapshot
@@ -78,6 +84,8 @@ class FlowChecker:
     truncated: dict[str, str] = field(default_factory=dict)
     _classes: dict[str, tuple[PodClass, ...]] = field(default_factory=dict)
     _named: int = 0  # named indices judged so far, over every replica
+    _checked: dict[CheckKey, tuple[tuple[FlowCheck, ...], VerdictKind]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def classes(self, replica: Replica) -> tuple[PodClass, ...]:
         """The replica's pods grouped into classes no policy can tell apart; pod 0 first.
@@ -87,7 +95,10 @@ class FlowChecker:
         """
         found = self._classes.get(replica.key)
         if found is None:
-            found = self._classes[replica.key] = self._find_classes(replica)
+            with self._lock:  # once per replica, so the limit counts each named index once
+                found = self._classes.get(replica.key)
+                if found is None:
+                    found = self._classes[replica.key] = self._find_classes(replica)
         return found
 
     def _find_classes(self, replica: Replica) -> tuple[PodClass, ...]:
@@ -177,7 +188,15 @@ class FlowChecker:
     def check(self, overrides: Mapping[str, str],
               ranges: tuple[str, ...] = ()) -> tuple[tuple[FlowCheck, ...], VerdictKind]:
         """Every flow's worst verdict over its pod pairs, and the worst over all flows (`ranges`: the zone's
-        pod CIDRs, read under policy-cidr-match-mode pods)."""
+        pod CIDRs, read under policy-cidr-match-mode pods); kept per (`overrides`, `ranges`)."""
+        key = (tuple(sorted(overrides.items())), ranges)
+        found = self._checked.get(key)
+        if found is None:
+            found = self._checked[key] = self._check(overrides, ranges)
+        return found
+
+    def _check(self, overrides: Mapping[str, str],
+               ranges: tuple[str, ...] = ()) -> tuple[tuple[FlowCheck, ...], VerdictKind]:
         checks: list[FlowCheck] = []
         worst: VerdictKind = "allow"
         for flow in self.group.flows:

@@ -27,8 +27,9 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from app.models.cluster import JobInfo, PodInfo, Snapshot, freeze
-from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, KF_OPERATOR_NAME
+from app.models import pods as pods_model
+from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, freeze
+from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
 
@@ -68,24 +69,9 @@ class Ledger:
         return tuple(h for h in self.holds if h.zone == zone)
 
 
-OWNER_PREFIX = "owner:"  # the controller ownerReference's kind, in `_by_job`'s keys
-# The operators' job-name pod labels (`JobInfo.pod_label` is one of these).
-JOB_POD_LABELS = frozenset({KF_JOB_NAME, JOBSET_NAME_LABEL})
-
-
-def _by_job(pods: Iterable[PodInfo], label_keys: frozenset[str]) -> dict[tuple[str, str, str], list[PodInfo]]:
-    """Non-terminal pods (bound or pending) per (namespace, label key, value) for the operators' job-name
-    labels, and per (namespace, OWNER_PREFIX + kind, name) for the pods whose controller is the job itself."""
-    out: dict[tuple[str, str, str], list[PodInfo]] = defaultdict(list)
-    for pod in pods:
-        if pod.terminal:
-            continue
-        keys = [(key, value) for key in label_keys if (value := pod.labels.get(key))]
-        if pod.owner[0]:
-            keys.append((OWNER_PREFIX + pod.owner[0], pod.owner[1]))
-        for key, value in keys:
-            out[(pod.namespace, key, value)].append(pod)
-    return out
+# How a pod is found to be a job's: models/pods.py keeps the groups (job-name labels, controller owner).
+OWNER_PREFIX = pods_model.OWNER_PREFIX
+JOB_POD_LABELS = frozenset(pods_model.JOB_POD_LABELS)
 
 
 def _belongs(pod: PodInfo, job: JobInfo) -> bool:
@@ -93,22 +79,54 @@ def _belongs(pod: PodInfo, job: JobInfo) -> bool:
     return not job.operators or not operator or operator in job.operators
 
 
-def match_pods(jobs: Iterable[JobInfo], pods: Iterable[PodInfo]) -> dict[JobKey, tuple[PodInfo, ...]]:
-    """Each job's non-terminal pods, bound or pending (see the module docstring), in the snapshot's order;
-    a pod matched both by label and by owner counts once."""
-    jobs = list(jobs)
-    by_job = _by_job(pods, frozenset(j.pod_label for j in jobs))
-    out: dict[JobKey, tuple[PodInfo, ...]] = {}
-    for job in jobs:
-        by_label = [p for p in by_job.get((job.namespace, job.pod_label, job.name), ()) if _belongs(p, job)]
-        by_owner = by_job.get((job.namespace, OWNER_PREFIX + job.kind, job.name), [])
-        out[(job.kind, job.namespace, job.name)] = tuple({id(p): p for p in (*by_label, *by_owner)}.values())
-    return out
+@dataclass(frozen=True, slots=True)
+class JobPods:
+    """One job's non-terminal pods (bound or pending, by namespace and name), and what the bound ones request."""
+
+    pods: tuple[PodInfo, ...]
+    bound: Mapping[str, int]
+
+
+# A job's pods change only when one of its two groups does (models/pods.py replaces a group's tuple only
+# when its members change), so the match is kept by the identity of the job and the groups: under pod
+# churn, a publish matches again only the jobs whose pods changed.
+_MATCHED: IdentityMemo[JobPods] = IdentityMemo(4096)
+
+
+def _match(job: JobInfo, by_label: tuple[PodInfo, ...], by_owner: tuple[PodInfo, ...]) -> JobPods:
+    labelled = [p for p in by_label if _belongs(p, job)]
+    found = {id(p): p for p in (*labelled, *by_owner)}.values() if by_owner and labelled else (labelled or by_owner)
+    pods = tuple(sorted(found, key=lambda p: (p.namespace, p.name)))
+    bound: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        if pod.node_name:  # a pending pod holds nothing yet: the reservation covers it
+            for resource, count in pod.requests.items():
+                bound[resource] += count
+    return JobPods(pods, freeze(bound))
+
+
+def matched(job: JobInfo, groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]) -> JobPods:
+    """The job's pods (see the module docstring) from the pods' groups (`PodIndex.groups`); a pod matched
+    both by label and by owner counts once."""
+    by_label = groups.get((job.namespace, job.pod_label, job.name), ())
+    by_owner = groups.get((job.namespace, OWNER_PREFIX + job.kind, job.name), ())
+    return _MATCHED.get((job, by_label, by_owner), lambda: _match(job, by_label, by_owner))
+
+
+def match_pods(
+    jobs: Iterable[JobInfo], groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
+) -> dict[JobKey, tuple[PodInfo, ...]]:
+    """Each job's non-terminal pods, bound or pending (`matched`)."""
+    jobs = tuple(jobs)
+    _MATCHED.fit(len(jobs))
+    return {(job.kind, job.namespace, job.name): matched(job, groups).pods for job in jobs}
 
 
 def job_pods(snapshot: Snapshot) -> Mapping[JobKey, tuple[PodInfo, ...]]:
-    """`match_pods` over every stored job of the snapshot, built once per snapshot."""
-    return snapshot.memo(f"{LEDGER_MEMO_KEY}/pods", lambda s: MappingProxyType(match_pods(s.jobs, s.pods)))
+    """`match_pods` over every stored job of the snapshot, built once per snapshot (its cost: the jobs' pods)."""
+    return snapshot.memo(
+        f"{LEDGER_MEMO_KEY}/pods", lambda s: MappingProxyType(match_pods(s.jobs, pods_model.pod_index(s).groups))
+    )
 
 
 def is_job_pod(pod: PodInfo, job_kinds: Iterable[str]) -> bool:
@@ -127,16 +145,12 @@ def build_ledger(
 ) -> Ledger:
     """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
     holding = [j for j in snapshot.jobs if reserves(j)]
-    pods = match_pods(holding, snapshot.pods)
+    groups = pods_model.pod_index(snapshot).groups
+    _MATCHED.fit(len(snapshot.jobs))
     holds: list[Hold] = []
     for job in holding:
-        bound: dict[str, int] = defaultdict(int)
-        for pod in pods[(job.kind, job.namespace, job.name)]:
-            if not pod.node_name:
-                continue  # a pending pod holds nothing yet: the reservation covers it
-            for resource, count in pod.requests.items():
-                bound[resource] += count
-        left = {r: job.demand.get(r, 0) - bound[r] for r in gpu_resources}
+        bound = matched(job, groups).bound
+        left = {r: job.demand.get(r, 0) - bound.get(r, 0) for r in gpu_resources}
         left = {r: n for r, n in left.items() if n > 0}
         if left:
             key = (job.kind, job.namespace, job.name)
@@ -169,14 +183,45 @@ def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources, stored=stored))
 
 
+ZoneTotals = Mapping[str, Mapping[str, int]]  # zone -> GPU resource -> GPUs
+
+
+def in_flight_totals(holds: Iterable[Hold], *, job: JobKey, stored: frozenset[JobKey] = frozenset()) -> ZoneTotals:
+    """Per zone, the GPUs `holds` keep for jobs other than `job` that are not stored yet.
+
+    This is what a decision counts of a replica's in-flight holds (engine.pending's `in_flight`);
+    http/inflight.py keeps the same totals incrementally, so a review does not pay per hold.
+    """
+    totals: dict[str, dict[str, int]] = {}
+    for hold in holds:
+        if hold.key == job or hold.key in stored:
+            continue
+        per = totals.setdefault(hold.zone, {})
+        for resource, count in hold.gpus.items():
+            per[resource] = per.get(resource, 0) + count
+    return freeze({z: freeze(per) for z, per in totals.items()})
+
+
+TotalsForm = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+
+
+def _form(totals: ZoneTotals) -> TotalsForm:
+    """Plain, hashable form of per-zone totals (zero entries left out), for a decision's memo key."""
+    return tuple(
+        (zone, tuple(sorted((r, n) for r, n in per.items() if n)))
+        for zone, per in sorted(totals.items())
+        if any(per.values())
+    )
+
+
 @dataclass(frozen=True)
 class Reserved:
     """The reservations one decision counts: the snapshot's ledger, minus the job itself, plus in-flight holds."""
 
-    by_zone: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: freeze({}))
-    in_flight: tuple[Hold, ...] = ()
+    by_zone: ZoneTotals = field(default_factory=lambda: freeze({}))
     # What sets this apart from the snapshot's own ledger, for the decision memo's key: the job's own
-    # stored reservation left out (or None) and the in-flight holds counted.
+    # stored reservation left out (or None) and the in-flight totals counted. Its size is the zones',
+    # never the holds': two reviews that count the same GPUs share a memo entry.
     key: tuple[Hashable, ...] = ()
 
     def in_zone(self, zone: str, resources: Iterable[str]) -> int:
@@ -185,25 +230,26 @@ class Reserved:
 
 
 def reserved_for(
-    snapshot: Snapshot, *, gpu_resources: Sequence[str], job: JobKey, in_flight: Sequence[Hold] = ()
+    snapshot: Snapshot, *, gpu_resources: Sequence[str], job: JobKey, in_flight: ZoneTotals | None = None
 ) -> Reserved:
     """What the decision for `job` counts as reserved.
 
-    Cost: the zones of the ledger plus the in-flight holds; independent of the stored jobs' number.
+    `in_flight`: the replica's in-flight totals for other jobs not stored yet (`in_flight_totals`).
+    Cost: the zones of the ledger and of the in-flight totals; independent of the stored jobs' and
+    the holds' number.
     """
     ledger = ledger_of(snapshot, gpu_resources=gpu_resources)
     own = ledger.by_job.get(job)
-    flying = tuple(h for h in in_flight if h.key != job and h.key not in ledger.stored)
+    flying: TotalsForm = _form(in_flight) if in_flight else ()
     if own is None and not flying:
         return Reserved(ledger.by_zone)
     totals = {z: dict(per) for z, per in ledger.by_zone.items()}
     if own is not None:
         for resource, count in own.gpus.items():
             totals[own.zone][resource] -= count
-    for hold in flying:
-        per = totals.setdefault(hold.zone, {})
-        for resource, count in hold.gpus.items():
+    for zone, held in flying:
+        per = totals.setdefault(zone, {})
+        for resource, count in held:
             if resource in gpu_resources:
                 per[resource] = per.get(resource, 0) + count
-    key = (own.form() if own else None, tuple(h.form() for h in flying))
-    return Reserved(freeze({z: freeze(per) for z, per in totals.items()}), flying, key)
+    return Reserved(freeze({z: freeze(per) for z, per in totals.items()}), (own.form() if own else None, flying))

@@ -16,9 +16,15 @@ the reinvocation. What the engine reads of a `JobGroup` (and so what the key hol
 - validate only: whether the templates require podAffinity over the zone topology to the whole
   group (`is_colocated`, which reads the full pod labels and templates), as a boolean;
 - capacity: whether the job is suspended, and what its reservations differ by from the snapshot's
-  stored ledger (the job's own stored reservation left out, the replica's in-flight holds:
-  `ledger.Reserved.key`). In-flight holds are the only per-process state a decision reads; they are
-  in the key, so a decision made with other holds is never served (engine/ledger.py).
+  stored ledger (the job's own stored reservation left out, the replica's in-flight totals per zone:
+  `ledger.Reserved.key`). In-flight holds are the only per-process state a decision reads; their
+  totals are in the key, so a decision made with other reserved GPUs is never served
+  (engine/ledger.py), while two reviews that count the same GPUs share it.
+
+A burst changes the in-flight totals with every admission, so there each decision is made afresh:
+what does not read capacity (the flows' verdicts and the zones' fits) is kept apart, once per shape
+(`per_shape`, under `network_key`: the key without kind, colocation and capacity), and a fresh
+decision only counts capacity and ranks the zones.
 
 The job's name is not read: the engine names pods `<job>-<role>-<index>` in its messages
 (`JOB_PLACEHOLDER`) and the surfaces put the name in (`render`).
@@ -36,7 +42,7 @@ exactly the jobs share an entry that the tuple key did.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
@@ -141,7 +147,7 @@ def keys_read(snapshot: Snapshot) -> frozenset[str]:
     # NB: the two inputs are built first: a memo builder must not build another memo (the lock is not
     # reentrant), so the union's builder only combines what exists.
     index, mentioned = policy.build_index(snapshot), policy.label_keys_mentioned(snapshot)
-    return snapshot.memo(KEYS_READ_MEMO_KEY, lambda _: index.keys_read | mentioned)
+    return snapshot.memo(KEYS_READ_MEMO_KEY, lambda _: index.keys_read | mentioned, network=True)
 
 
 class DecisionKey:
@@ -196,6 +202,19 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
     ) -> DecisionKey:
         """`decision_key`; `snapshot` is the one this memo belongs to. `capacity` holds what the decision
         counts beyond the snapshot (whether the job is suspended, the reservations' `Reserved.key`)."""
+        settings_hash, job = self._job(group, snapshot, settings)
+        parts = (*job, capacity)
+        return DecisionKey((kind, settings, colocated, parts), hash((kind, settings_hash, colocated, parts)))
+
+    def network_key(self, group: JobGroup, snapshot: Snapshot, settings: Settings) -> DecisionKey:
+        """What the flows' verdicts read of the job and the settings: the decision key without the kind,
+        the colocation flag and the capacity. Jobs of one shape share their flow checker and zone fits
+        under it (`per_shape`), whatever GPUs are free or reserved when each is reviewed."""
+        settings_hash, job = self._job(group, snapshot, settings)
+        return DecisionKey(("network", settings, job), hash(("network", settings_hash, job)))
+
+    def _job(self, group: JobGroup, snapshot: Snapshot, settings: Settings) -> tuple[int, tuple[Hashable, ...]]:
+        """The settings' hash and what a decision reads of the group (the module docstring), capacity aside."""
         read = self._read
         if read is None:
             read = self._read = keys_read(snapshot)
@@ -214,8 +233,7 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
         replicas = []
         for r in group.replicas:
             replicas.append(_replica_key(r, read))
-        job = (group.namespace, group.coordinator, flows_form, tuple(replicas), capacity)
-        return DecisionKey((kind, settings, colocated, job), hash((kind, settings_hash, colocated, job)))
+        return settings_hash, (group.namespace, group.coordinator, flows_form, tuple(replicas))
 
 
 def _new_memo(_: Snapshot) -> DecisionMemo:
@@ -231,6 +249,31 @@ def decision_key(
 ) -> DecisionKey:
     """Everything a decision of `kind` reads of the group (see the module docstring), with the settings."""
     return memo_of(snapshot).key(kind, group, snapshot, settings, colocated=colocated)
+
+
+SHAPES_MEMO_KEY = "engine.shapes"
+S = TypeVar("S")
+
+
+def per_shape(group: JobGroup, snapshot: Snapshot, settings: Settings, build: Callable[[], S]) -> S:
+    """What every job of the group's shape shares on this snapshot (engine/decide.py `Shape`: the flow
+    checker with its verdicts, the zones' fits), built the first time.
+
+    Flows and fits are functions of the network key alone (they read no capacity), so a burst of jobs
+    from one template judges them once per snapshot, while each job's capacity (the in-flight holds
+    grow with every admission, so its decision key differs) is counted afresh.
+    """
+    key = memo_of(snapshot).network_key(group, snapshot, settings)
+    shapes: BoundedMemo[DecisionKey, S] = snapshot.memo(SHAPES_MEMO_KEY, _new_shapes)
+    found = shapes.get(key)
+    if found is None:
+        found = build()
+        shapes.put(key, found)
+    return found
+
+
+def _new_shapes(_: Snapshot) -> BoundedMemo[DecisionKey, Any]:
+    return BoundedMemo(DECISION_MEMO_SIZE)
 
 
 def memoized(key: DecisionKey, snapshot: Snapshot, compute: Callable[[], Decision]) -> Decision:

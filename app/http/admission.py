@@ -428,7 +428,7 @@ def _prepare_checked(
         refusal = responses.refused(uid, code=503, message=message + "; retry shortly")
         return done(Outcome(refusal, "denied", kind, None))
 
-    holds = in_flight.current(snapshot) if in_flight is not None else ()
+    holds = in_flight.totals(snapshot, job=engine.job_key(group)) if in_flight is not None else None
     suspended = job_status.is_suspended(obj)
     pending = engine.pending("decide" if operation == "mutate" else "validate", group, snapshot, settings,
                              suspended=suspended, in_flight=holds)

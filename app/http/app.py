@@ -175,6 +175,9 @@ def create_app(
         if callable(start):
             await start()
         store.subscribe(lambda snapshot: _warm(state, snapshot))
+        observe: Any = getattr(store, "observe_publish", None)
+        if callable(observe):
+            observe(state.metrics.record_publish)
         started: list[BackgroundService] = []
         for service in background:
             await service.start()

@@ -7,6 +7,7 @@ are built once per snapshot and never per request.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from app.models.labels import ENABLED_LABEL
 
-if TYPE_CHECKING:  # NB: app.models.job imports this module (ContainerPort)
+if TYPE_CHECKING:  # NB: app.models.job and app.models.pods import this module
     from app.models.job import JobShape
+    from app.models.pods import PodIndex
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -50,6 +52,52 @@ class BoundedMemo(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class IdentityMemo(Generic[V]):
+    """Values derived from immutable inputs, kept from one snapshot to the next: found by the identity of
+    the inputs (the watch cache reuses an unchanged object, so an unchanged node or job finds its value
+    again in the next snapshot). The inputs are kept with the value and compared by identity, so a
+    reused id never answers.
+
+    Bounded by generations: when `size` values have been stored since the last turn, the entries not
+    asked for since then are dropped. A reader that asks for all its values on every snapshot (as many
+    as there are nodes or jobs) keeps them, and what it stopped asking for (a replaced pod group, a
+    deleted node) goes within two turns, with the old objects it held.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._current: dict[tuple[int, ...], tuple[tuple[object, ...], V]] = {}
+        self._previous: dict[tuple[int, ...], tuple[tuple[object, ...], V]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, inputs: tuple[object, ...], build: Callable[[], V]) -> V:
+        key = tuple(map(id, inputs))
+        found = self._current.get(key)
+        if found is None:
+            found = self._previous.get(key)
+            if found is not None and all(map(operator.is_, found[0], inputs)):
+                self._store(key, found)
+                return found[1]
+        elif all(map(operator.is_, found[0], inputs)):
+            return found[1]
+        value = build()
+        self._store(key, (inputs, value))
+        return value
+
+    def _store(self, key: tuple[int, ...], entry: tuple[tuple[object, ...], V]) -> None:
+        with self._lock:
+            if len(self._current) >= self._size:
+                self._previous, self._current = self._current, {}
+            self._current[key] = entry
+
+    def fit(self, wanted: int) -> None:
+        """Keep room for `wanted` values asked for on every snapshot (twice that between turns)."""
+        self._size = max(self._size, 2 * wanted)
+
+    def __len__(self) -> int:
+        return len(self._current) + len(self._previous)
 
 
 @dataclass(frozen=True)
@@ -194,6 +242,24 @@ class JobInfo:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
+class NetworkMemo:
+    """Derived values that read only a snapshot's network inputs: its policies, namespaces, CIDR groups,
+    the Cilium agent's settings and the named ports of its pods (`PodIndex.named_ports`).
+
+    Consecutive snapshots whose network inputs are the same share one (the watch cache hands it on;
+    see `Snapshot.memo(..., network=True)`), so a pod or node change does not rebuild the policy
+    index or forget the verdicts. A value kept here must not hold the snapshot that built it.
+    """
+
+    def __init__(self, named_ports: Mapping[str, frozenset[int]] | None = None) -> None:
+        self.values: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.building: dict[str, threading.Lock] = {}  # per key, held while its value is built
+        # The named ports of the snapshot it was made for (None: not computed): a later snapshot whose
+        # pods name other ports needs a memo of its own.
+        self.named_ports = named_ports
+
+
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     """Everything a decision reads, immutable. `revision` changes whenever the content does."""
@@ -210,6 +276,7 @@ class Snapshot:
     training_runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] = field(default_factory=lambda: MappingProxyType({}))
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _memo_building: dict[str, threading.Lock] = field(default_factory=dict, repr=False, compare=False)
     # The stored training jobs of every supported kind (the reservation ledger's input).
     jobs: tuple[JobInfo, ...] = ()
     # The cilium-config ConfigMap (data, and its labels); None when not read or not present.
@@ -217,21 +284,35 @@ class Snapshot:
     cilium_config_labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # The image of the Cilium agent DaemonSet's agent container ("" when not known).
     cilium_image: str = ""
+    # What this snapshot shares with its predecessors of the same network inputs (see NetworkMemo).
+    network_memo: NetworkMemo = field(default_factory=NetworkMemo, repr=False, compare=False)
+    # The pods' aggregates as the watch cache keeps them (models/pods.py); None: built from `pods` on use.
+    pod_index: PodIndex | None = field(default=None, repr=False, compare=False)
 
-    def memo(self, key: str, build: Callable[[Snapshot], T]) -> T:
+    def memo(self, key: str, build: Callable[[Snapshot], T], *, network: bool = False) -> T:
         """Return the derived value `key`, building it with `build(self)` the first time.
 
         Derived values are computed once per snapshot (indexes, aggregates); a snapshot is
-        never mutated, so they never go stale.
+        never mutated, so they never go stale. `network`: the value reads only the network inputs
+        (NetworkMemo), so it is kept in the memo this snapshot shares with others of the same ones.
+        Each key is built under a lock of its own, so a builder may read other memos (derived values
+        depend on one another without cycles) and threads wait only for the value they need.
         """
+        shared = self.network_memo if network else None
+        values = shared.values if shared else self._memo
         try:
-            return self._memo[key]  # type: ignore[no-any-return]
+            return values[key]  # type: ignore[no-any-return]
         except KeyError:
             pass
-        with self._memo_lock:
-            if key not in self._memo:
-                self._memo[key] = build(self)
-            return self._memo[key]  # type: ignore[no-any-return]
+        locks = shared.building if shared else self._memo_building
+        with shared.lock if shared else self._memo_lock:
+            building = locks.get(key)
+            if building is None:
+                building = locks[key] = threading.Lock()
+        with building:
+            if key not in values:
+                values[key] = build(self)
+            return values[key]  # type: ignore[no-any-return]
 
     def opted_in(self, namespace: str) -> bool:
         """Whether topoguard handles `namespace`'s jobs: labelled `topoguard.io/enabled=true`, or not in the

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.models.cluster import CIDRGroup, PolicyObject, Snapshot
+from app.models.pods import pod_index
 from app.policy.cilium import CCNP, CNP, compile_cilium
 from app.policy.kcnp import KIND as KCNP
 from app.policy.kcnp import compile_kcnp
@@ -139,7 +140,7 @@ def _strip_source(key: str) -> str:
 
 def build_index(snapshot: Snapshot) -> PolicyIndex:
     """The snapshot's compiled policies and subject index, built once per snapshot."""
-    return snapshot.memo(MEMO_KEY, _build)
+    return snapshot.memo(MEMO_KEY, _build, network=True)
 
 
 def _build(snapshot: Snapshot) -> PolicyIndex:
@@ -151,16 +152,11 @@ def _build(snapshot: Snapshot) -> PolicyIndex:
     keys: set[str] = set()
     for obj in snapshot.policies:
         _selector_keys(obj.body, keys)
-    port_names: dict[str, set[int]] = defaultdict(set)
-    for pod in snapshot.pods:
-        for container_port in pod.ports:
-            if container_port.name:
-                port_names[container_port.name.lower()].add(container_port.port)
     return PolicyIndex(
         compiled,
         dict(buckets),
         frozenset(_strip_source(k) for k in keys),
-        {name: frozenset(numbers) for name, numbers in port_names.items()},
+        dict(pod_index(snapshot).named_ports),
         _host_rules(snapshot),
         _keys_read(compiled) | frozenset(_strip_source(k) for k in keys),
         frozenset(p.kind for p in snapshot.policies),
@@ -217,7 +213,7 @@ def label_values_mentioned(snapshot: Snapshot, key: str) -> frozenset[str] | Non
     Returns None when some selector uses `key` in a way that is not value-enumerable (an
     operator outside the four, or `values` that is not a list): then nothing can be concluded.
     """
-    return snapshot.memo(f"{MEMO_KEY}:values:{key}", lambda s: _values_of(s, key))
+    return snapshot.memo(f"{MEMO_KEY}:values:{key}", lambda s: _values_of(s, key), network=True)
 
 
 def _values_of(snapshot: Snapshot, key: str) -> frozenset[str] | None:

@@ -105,7 +105,7 @@ def check_flow(
         return evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement, agent=agent)
     index = build_index(snapshot)
     key = (flow_key(index, src), flow_key(index, dst), ports.first, ports.last, protocol, enforcement, agent)
-    memo = snapshot.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo())
+    memo = snapshot.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo(), network=True)
     found = memo.get(key)
     if found is None:
         found = evaluate_flow(snapshot, src, dst, ports, protocol, enforcement=enforcement, agent=agent)
@@ -126,7 +126,7 @@ def snapshot_agent(snapshot: Snapshot, version: str = "", policy_enforcement: st
             return agents.agent_settings(s, version=version, policy_enforcement=policy_enforcement)
         except agents.AgentConfigError:
             return CiliumAgent(policy_enforcement=policy_enforcement or "default")
-    return snapshot.memo(f"{AGENT_MEMO_KEY}/{version}/{policy_enforcement}", build)
+    return snapshot.memo(f"{AGENT_MEMO_KEY}/{version}/{policy_enforcement}", build, network=True)
 
 
 def evaluate_flow(

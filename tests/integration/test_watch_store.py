@@ -235,7 +235,7 @@ def _cpu_pod_then_gpu_pod(api: FakeApiServer) -> None:
         ),
         pytest.param(
             _cpu_pod_then_gpu_pod,
-            lambda s: [p.name for p in s.pods] == ["after", "worker-0"],
+            lambda s: sorted(p.name for p in s.pods) == ["after", "worker-0"],
             id="a new pod without GPUs is not kept",
         ),
         pytest.param(
@@ -375,3 +375,55 @@ def test_training_jobs_are_kept_as_ledger_projections(api: FakeApiServer, tmp_pa
     assert (got.ref, got.zone, dict(got.demand), got.pods, got.suspended) == (
         "PyTorchJob train/admitted", "a", {"nvidia.com/gpu": 8}, 2, False,
     )
+
+
+def _verdict(snapshot: Snapshot) -> str:
+    from app import policy
+    from app.models.network import Endpoint, PortRange
+
+    src = Endpoint(namespace="train", labels={"zone": "b"}, namespace_labels=snapshot.namespace_labels("train"))
+    dst = Endpoint(namespace="train", labels={"zone": "a"}, namespace_labels=snapshot.namespace_labels("train"))
+    return policy.check_flow(snapshot, src, dst, PortRange(80, 80), "TCP").verdict
+
+
+def _fresh(snapshot: Snapshot) -> Snapshot:
+    """The same content with memos of its own (what a snapshot built from scratch would judge)."""
+    return dataclasses.replace(snapshot, network_memo=type(snapshot.network_memo)(), _memo={})
+
+
+def test_a_pod_change_keeps_the_network_memo_and_a_network_change_replaces_it(api: FakeApiServer,
+                                                                              tmp_path: Path) -> None:
+    # Verdicts, the policy index and the agent survive pod churn; a policy, a namespace's labels or a
+    # newly named container port give a new memo, and every carried verdict is the fresh one.
+    seed(api)
+    with running_store(api, tmp_path) as store:
+        first = store.snapshot()
+        assert _verdict(first) == _verdict(_fresh(first))
+
+        api.apply(make_pod("worker-1", node="gpu-a-1", gpus=1))
+        wait_until(lambda: len(store.snapshot().pods) == 2, what="the new pod")
+        second = store.snapshot()
+        assert second.network_memo is first.network_memo
+        assert _verdict(second) == _verdict(_fresh(second))
+
+        named = make_pod("worker-2", node="gpu-a-1", gpus=1)
+        named["spec"]["containers"][0]["ports"] = [{"name": "nccl", "containerPort": 29500}]
+        api.apply(named)
+        wait_until(lambda: len(store.snapshot().pods) == 3, what="the named-port pod")
+        third = store.snapshot()
+        assert third.network_memo is not second.network_memo
+        assert third.network_memo.named_ports == {"nccl": frozenset({29500})}
+
+        api.apply(make_namespace("train", {"team": "ml", "zone": "b"}))
+        wait_until(lambda: store.snapshot().namespace_labels("train").get("zone") == "b", what="the label")
+        fourth = store.snapshot()
+        assert fourth.network_memo is not third.network_memo
+
+        before = _verdict(fourth)
+        api.apply(make_cnp("open-to-b", zone="a") | {"spec": {"endpointSelector": {"matchLabels": {"zone": "a"}},
+                                                             "ingress": [{"fromEndpoints": [{}]}]}})
+        wait_until(lambda: len(store.snapshot().policies) == 2, what="the second policy")
+        fifth = store.snapshot()
+        assert fifth.network_memo is not fourth.network_memo
+        assert (before, _verdict(fifth)) == ("deny", "allow")
+        assert _verdict(fifth) == _verdict(_fresh(fifth))

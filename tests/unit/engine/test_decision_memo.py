@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import engine
+from app import engine, policy
 from app.config import Settings
-from app.engine import memo
+from app.engine import ledger, memo
 from app.models.job import JobGroup
 from tests.builders import (
     GPU_TAINT,
@@ -151,3 +152,46 @@ def test_messages_name_pods_by_a_placeholder_the_surfaces_fill_in() -> None:
     assert memo.JOB_PLACEHOLDER not in text or "ml/<job>-" in text
     assert engine.render("ingress of ml/<job>-worker-1", "llm") == "ingress of ml/llm-worker-1"
     assert engine.render_json({"a": ["ml/<job>-master-0", 3]}, "llm") == {"a": ["ml/llm-master-0", 3]}
+
+
+def test_jobs_of_one_shape_share_their_flow_verdicts_whatever_their_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
+    # In a burst every admission changes the in-flight totals, so each decision is made afresh; its
+    # flows are not judged again: one checker per shape and snapshot, one verdict per pod pair.
+    snapshot = make_snapshot(SNAPSHOT.nodes, namespaces=[make_namespace(NS)], policies=_policies())
+    calls: list[int] = []
+    real = policy.check_flow
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policy, "check_flow", counting)
+    first = engine.pending("decide", _torch("sweep-1"), snapshot, Settings()).result()
+    judged = len(calls)
+    held = ledger.in_flight_totals([ledger.Hold("x", ("PyTorchJob", NS, "x"), first.zone or "", {"nvidia.com/gpu": 2})],
+                                   job=("", "", ""))
+    second = engine.pending("decide", _torch("sweep-2"), snapshot, Settings(), in_flight=held)
+
+    assert second.known is None  # other capacity: a decision of its own ...
+    assert second.result().zones != first.zones  # ... that counts the hold
+    assert judged > 0
+    assert len(calls) == judged  # ... on the verdicts the first one found
+
+
+def test_a_snapshot_with_decisions_is_freed_without_a_collection() -> None:
+    # The server freezes its heap after each publish (settle_heap): a snapshot kept alive by a reference
+    # cycle would outlive its replacement until the next full collection, minutes and hundreds of MB later.
+    import gc
+    import weakref
+
+    snapshot = make_snapshot(SNAPSHOT.nodes, namespaces=[make_namespace(NS)], policies=_policies())
+    engine.prepare(snapshot, Settings())
+    engine.decide(_torch("sweep-1"), snapshot, Settings())
+    engine.validate(_torch("sweep-1"), snapshot, Settings())
+    gone = weakref.ref(snapshot)
+    gc.disable()
+    try:
+        del snapshot
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -156,7 +156,9 @@ def in_flight(name: str, zone: str, gpus: int) -> ledger.Hold:
 def test_in_flight_holds(
     holds: list[ledger.Hold], stored: list[JobInfo], want_zone: str, want_reserved: dict[str, int]
 ) -> None:
-    decision = engine.pending("decide", newcomer(), three_zones(stored), Settings(), in_flight=holds).result()
+    snapshot = three_zones(stored)
+    totals = ledger.in_flight_totals(holds, job=engine.job_key(newcomer()), stored=ledger.stored_jobs(snapshot))
+    decision = engine.pending("decide", newcomer(), snapshot, Settings(), in_flight=totals).result()
 
     assert decision.zone == want_zone
     assert {z.zone: z.gpus_reserved for z in decision.zones} == want_reserved
@@ -166,7 +168,8 @@ def test_the_memo_never_serves_a_decision_made_with_other_holds() -> None:
     snapshot = three_zones()
     group = newcomer()
     before = engine.pending("decide", group, snapshot, Settings()).result()
-    held = engine.pending("decide", group, snapshot, Settings(), in_flight=[in_flight("burst-1", "zone-a", 12)])
+    totals = ledger.in_flight_totals([in_flight("burst-1", "zone-a", 12)], job=engine.job_key(group))
+    held = engine.pending("decide", group, snapshot, Settings(), in_flight=totals)
     after = engine.pending("decide", group, snapshot, Settings())
 
     assert held.known is None

@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.cache import projections
 from app.config import Settings
+from app.engine import ledger
 from app.http import admission
 from app.http.inflight import InFlight
 from app.models.cluster import Snapshot
@@ -131,3 +134,49 @@ def test_a_burst_spreads_over_the_zones_in_proportion_to_their_gpus() -> None:
     assert zones[:3] == ["zone-a", "zone-a", "zone-c"]
     assert (zones.count("zone-a"), zones.count("zone-c")) == (6, 3)
     assert all(h.in_flight for h in flight.current(snapshot))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["hold", "tick", "store"]), st.integers(0, 5),
+                          st.sampled_from(["zone-a", "zone-c"]), st.integers(0, 16)), max_size=40))
+def test_kept_totals_equal_the_totals_of_the_live_holds(steps: list[tuple[str, int, str, int]]) -> None:
+    # The incrementally kept totals are exactly ledger.in_flight_totals of the holds current() lists,
+    # whatever the order of holds, replacements, expiries and jobs appearing in the watch.
+    clock = Clock()
+    flight, snapshot = InFlight(clock=clock, ttl_seconds=60), cluster()
+    stored: list[Any] = []
+    for action, n, zone, gpus in steps:
+        key = ("PyTorchJob", NS, f"j{n}")
+        if action == "hold":
+            flight.hold(key, zone, {GPU: gpus})
+        elif action == "tick":
+            clock.now += 13.0 * n
+        else:
+            raw = job(f"j{n}")
+            stored.append(projections.project_job(dict(raw, metadata={**raw["metadata"],
+                                                                      "annotations": {"topoguard.io/zone": zone}})))
+            snapshot = cluster(stored)
+        for mine in (key, ("PyTorchJob", NS, "nobody")):
+            live = flight.current(snapshot)
+            want = ledger.in_flight_totals(live, job=mine, stored=ledger.stored_jobs(snapshot))
+            assert _nonzero(flight.totals(snapshot, job=mine)) == _nonzero(want)
+
+
+def _nonzero(totals: ledger.ZoneTotals) -> dict[str, dict[str, int]]:
+    return {z: {r: n for r, n in per.items() if n} for z, per in totals.items() if any(per.values())}
+
+
+def test_two_reviews_that_count_the_same_gpus_share_a_decision() -> None:
+    # The memo key holds the in-flight totals, not the holds: another job holding the same GPUs in
+    # the same zone leaves the decision as it was.
+    from app import engine
+    from app.jobs import parse_job
+
+    snapshot = cluster()
+    group = parse_job(job("newcomer"), gpu_resources=(GPU,), namespace=NS)
+    one = ledger.in_flight_totals([ledger.Hold("x", ("PyTorchJob", NS, "x"), "zone-a", {GPU: 8})], job=("", "", ""))
+    other = ledger.in_flight_totals([ledger.Hold("y", ("PyTorchJob", NS, "y"), "zone-a", {GPU: 8})], job=("", "", ""))
+    first = engine.pending("decide", group, snapshot, Settings(), in_flight=one)
+    first.result()
+
+    assert engine.pending("decide", group, snapshot, Settings(), in_flight=other).known is not None

@@ -137,7 +137,7 @@ def test_memoized_verdicts_equal_fresh_ones(policies: list[dict[str, Any]], quer
 
 
 def _memo_size(snap: Any) -> int:
-    return len(snap.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo()))
+    return len(snap.memo(VERDICT_MEMO_KEY, lambda _: VerdictMemo(), network=True))
 
 
 WORKERS = cnp("workers", spec=rule(sel(role="worker"), ingress=[{"fromEndpoints": [sel(role="worker")]}]))

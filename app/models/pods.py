@@ -1,0 +1,142 @@
+"""What decisions read of a snapshot's pods, kept as pods come and go rather than recomputed per snapshot.
+
+PURE. A 5,000-node cluster keeps tens of thousands of pods in the snapshot (bound GPU pods, training
+jobs' pods) and changes hundreds of them a second. Three readers need the pods only through
+aggregates: the zone index (GPUs requested per node by bound pods), the reservation ledger and the
+audit (each job's pods, found by the operators' job-name labels or by their controller owner), and
+the policy index (which numbers a named port stands for). `PodIndexBuilder` keeps those three up to
+date one pod at a time (`add`/`remove`, costs the pod's size); `freeze()` gives the immutable
+`PodIndex` a snapshot carries, at the cost of copying the top-level maps (nodes, groups), never a pass
+over the pods. The watch cache keeps a builder per pod list; a snapshot read from files builds one over
+all its pods (`PodIndexBuilder.of`), so both go through the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from app.models.cluster import PodInfo, Snapshot
+from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME
+
+# The operators' job-name pod labels (`JobInfo.pod_label` is one of these).
+JOB_POD_LABELS = (KF_JOB_NAME, JOBSET_NAME_LABEL)
+OWNER_PREFIX = "owner:"  # a group key's middle part for the pods whose controller is the job: "owner:<kind>"
+
+GroupKey = tuple[str, str, str]  # (namespace, label key or OWNER_PREFIX + kind, value or name)
+
+
+def group_keys(pod: PodInfo) -> tuple[GroupKey, ...]:
+    """The groups a non-terminal pod belongs to: per job-name label it carries, and its controller owner."""
+    keys: tuple[GroupKey, ...] = ()
+    for key in JOB_POD_LABELS:
+        value = pod.labels.get(key)
+        if value:
+            keys += ((pod.namespace, key, value),)
+    if pod.owner[0]:
+        keys += ((pod.namespace, OWNER_PREFIX + pod.owner[0], pod.owner[1]),)
+    return keys
+
+
+def _pod_order(pod: PodInfo) -> tuple[str, str]:
+    return (pod.namespace, pod.name)
+
+
+@dataclass(frozen=True)
+class PodIndex:
+    """The pods' aggregates of one snapshot (see the module docstring); read-only."""
+
+    # node name -> extended resource -> requested by the bound, non-terminal pods on it
+    held: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+    # GroupKey -> its non-terminal pods (bound or pending), by namespace and name
+    groups: Mapping[GroupKey, tuple[PodInfo, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # container port name (lowercased) -> the numbers it stands for on some pod
+    named_ports: Mapping[str, frozenset[int]] = field(default_factory=lambda: MappingProxyType({}))
+
+
+class PodIndexBuilder:
+    """Keeps a PodIndex's parts current as pods are added and removed (not thread-safe: the caller locks)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Mapping[str, int]] = {}
+        self._groups: dict[GroupKey, tuple[PodInfo, ...]] = {}
+        self._ports: dict[str, dict[int, int]] = {}  # name -> number -> pods naming it so
+        self._frozen: PodIndex | None = None
+
+    @classmethod
+    def of(cls, pods: Iterable[PodInfo]) -> PodIndexBuilder:
+        builder = cls()
+        for pod in pods:
+            builder.add(pod)
+        return builder
+
+    def add(self, pod: PodInfo) -> None:
+        self._change(pod, +1)
+
+    def remove(self, pod: PodInfo) -> None:
+        self._change(pod, -1)
+
+    def replace(self, old: PodInfo | None, new: PodInfo | None) -> None:
+        if old is not None:
+            self.remove(old)
+        if new is not None:
+            self.add(new)
+
+    def _change(self, pod: PodInfo, sign: int) -> None:
+        self._frozen = None
+        for port in pod.ports:
+            if port.name:
+                numbers = self._ports.setdefault(port.name.lower(), {})
+                left = numbers.get(port.port, 0) + sign
+                if left > 0:
+                    numbers[port.port] = left
+                else:
+                    numbers.pop(port.port, None)
+                    if not numbers:
+                        del self._ports[port.name.lower()]
+        if pod.terminal:
+            return
+        if pod.node_name and pod.requests:
+            per = dict(self._held.get(pod.node_name, {}))
+            for resource, count in pod.requests.items():
+                left = per.get(resource, 0) + sign * count
+                if left:
+                    per[resource] = left
+                else:
+                    per.pop(resource, None)
+            if per:
+                self._held[pod.node_name] = MappingProxyType(per)
+            else:
+                self._held.pop(pod.node_name, None)
+        for key in group_keys(pod):
+            members = self._groups.get(key, ())
+            if sign > 0:
+                kept = tuple(sorted((*(p for p in members if _pod_order(p) != _pod_order(pod)), pod), key=_pod_order))
+            else:
+                kept = tuple(p for p in members if p is not pod and p != pod)
+            if kept:
+                self._groups[key] = kept
+            else:
+                self._groups.pop(key, None)
+
+    def freeze(self) -> PodIndex:
+        """The current aggregates, immutable (the same object until the next change)."""
+        if self._frozen is None:
+            self._frozen = PodIndex(
+                MappingProxyType(dict(self._held)),
+                MappingProxyType(dict(self._groups)),
+                MappingProxyType({name: frozenset(numbers) for name, numbers in self._ports.items()}),
+            )
+        return self._frozen
+
+
+INDEX_MEMO_KEY = "pods.index"
+
+
+def pod_index(snapshot: Snapshot) -> PodIndex:
+    """The snapshot's PodIndex: the one the watch cache kept, else built once over its pods."""
+    kept = snapshot.pod_index
+    if kept is not None:
+        return kept
+    return snapshot.memo(INDEX_MEMO_KEY, lambda s: PodIndexBuilder.of(s.pods).freeze())

@@ -1,0 +1,474 @@
+"""A large, realistic cluster for bench_scale.py, and a loopback list/watch server that serves it.
+
+The objects are shaped as the apiserver stores them: kubelet-shaped Pods (managedFields, status with
+conditions and containerStatuses, env, volumes, projected service-account tokens, owner references,
+the operators' labels), Nodes with their status, CiliumNetworkPolicies, Namespaces and the training
+jobs that own a share of the pods. Sizes scale with `World(nodes=...)`; the defaults are a 5,000-node
+cluster with 150,000 pods, 1,000 CNPs, 200 namespaces and 3,000 PyTorchJobs.
+
+The server (`serve`, run in a process of its own) speaks the part of the API the watch cache uses:
+paged lists (`limit`/`continue`, one consistent resourceVersion per list, as the apiserver pages
+them), watches from a resourceVersion with bookmarks, field selectors (`a=b`, `a!=b`, comma = AND),
+and 404 for kinds it does not serve (absent CRDs). Items are serialised once, so a list costs what
+writing the bytes costs, not what building them does. Pod churn is driven over a pipe: `churn(rate,
+seconds)` sends ADDED / MODIFIED / DELETED pod events at a steady rate to every open pod watch.
+Loopback only; no TLS (the bench's kubeconfig says http).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+GPU = "nvidia.com/gpu"
+GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+JOB_NS = "ml-demo"  # where the bench's reviews go (opted in)
+
+
+@dataclass(frozen=True)
+class World:
+    nodes: int = 5000
+    pods: int = 150_000
+    policies: int = 1000
+    namespaces: int = 200
+    jobs: int = 3000
+    pods_per_job: int = 16
+
+    def scaled(self, factor: float) -> World:
+        return World(max(int(self.nodes * factor), 30), max(int(self.pods * factor), 300),
+                     max(int(self.policies * factor), 30), max(int(self.namespaces * factor), 10),
+                     max(int(self.jobs * factor), 10), self.pods_per_job)
+
+
+def _ts(i: int) -> str:
+    return f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:{(i * 7) % 60:02d}Z"
+
+
+def is_gpu_node(i: int) -> bool:
+    return (i // len(ZONES)) % 3 != 2  # two thirds of every zone's nodes
+
+
+@functools.cache
+def _gpu_nodes_per_zone(nodes: int) -> int:
+    return max(sum(1 for m in range(0, nodes // len(ZONES)) if m % 3 != 2), 1)
+
+
+def gpu_node(zone: int, k: int, nodes: int) -> int:
+    """The k-th GPU node of zone number `zone` (wrapping around the zone's GPU nodes)."""
+    per_zone = _gpu_nodes_per_zone(nodes)
+    k %= per_zone
+    m = (k // 2) * 3 + (k % 2)
+    return m * len(ZONES) + zone
+
+
+def node(i: int) -> dict[str, Any]:
+    zone = ZONES[i % len(ZONES)]
+    gpu = is_gpu_node(i)
+    name = f"node-{i:05d}"
+    labels = {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone,
+              "topology.kubernetes.io/region": "us-east-1", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "node.kubernetes.io/instance-type": "p4d.24xlarge" if gpu else "m6i.8xlarge",
+              "beta.kubernetes.io/os": "linux", "failure-domain.beta.kubernetes.io/zone": zone}
+    allocatable = {"cpu": "95500m", "memory": "1056276940Ki", "pods": "110", "ephemeral-storage": "1844Gi",
+                   **({GPU: "8"} if gpu else {})}
+    return {
+        "metadata": {"name": name, "uid": f"n-{i}", "resourceVersion": str(100 + i), "labels": labels,
+                     "creationTimestamp": _ts(i),
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                     "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "spec": {"providerID": f"aws:///{zone}/i-{i:017x}", "podCIDR": f"10.{i // 256}.{i % 256}.0/24",
+                 "podCIDRs": [f"10.{i // 256}.{i % 256}.0/24"], **({"taints": [GPU_TAINT]} if gpu else {})},
+        "status": {"allocatable": allocatable, "capacity": allocatable,
+                   "conditions": [{"type": t, "status": "False" if t != "Ready" else "True",
+                                   "lastHeartbeatTime": _ts(i), "lastTransitionTime": _ts(i),
+                                   "reason": f"Kubelet{t}", "message": f"kubelet {t}"}
+                                  for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")],
+                   "addresses": [{"type": "InternalIP", "address": f"10.0.{i // 256}.{i % 256}"},
+                                 {"type": "Hostname", "address": name}],
+                   "nodeInfo": {"kubeletVersion": "v1.36.3", "containerRuntimeVersion": "containerd://2.1.0",
+                                "osImage": "Bottlerocket", "kernelVersion": "6.1.0", "architecture": "amd64",
+                                "operatingSystem": "linux", "machineID": f"m{i}", "systemUUID": f"s{i}",
+                                "bootID": f"b{i}", "kubeProxyVersion": "", "containerRuntime": "containerd"},
+                   "images": [{"names": [f"registry.example/img-{k}:v1"], "sizeBytes": 100000000 + k}
+                              for k in range(6)]},
+    }
+
+
+def namespace(i: int) -> dict[str, Any]:
+    name = JOB_NS if i == 0 else f"team-{i:03d}"
+    return {"metadata": {"name": name, "uid": f"ns-{i}", "resourceVersion": str(10 + i),
+                         "labels": {"kubernetes.io/metadata.name": name, "topoguard.io/enabled": "true",
+                                    "team": f"t{i % 20}"}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def policy(i: int, namespaces: int) -> dict[str, Any]:
+    if i < len(ZONES):
+        zone = ZONES[i]
+        return {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+                "metadata": {"name": f"allow-intra-{zone}", "namespace": JOB_NS, "uid": f"p-{i}",
+                             "resourceVersion": str(20000 + i)},
+                "spec": {"endpointSelector": {"matchLabels": {"zone": zone}},
+                         "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": zone}}]}],
+                         "egress": [{"toEndpoints": [{"matchLabels": {"zone": zone}}]},
+                                    {"toEndpoints": [{"matchLabels": {
+                                        "io.kubernetes.pod.namespace": "kube-system"}}]}]}}
+    ns = f"team-{1 + i % max(namespaces - 1, 1):03d}"
+    return {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+            "metadata": {"name": f"svc-{i}", "namespace": ns, "uid": f"p-{i}", "resourceVersion": str(20000 + i)},
+            "spec": {"endpointSelector": {"matchLabels": {"app": f"svc-{i}"}},
+                     "ingress": [{"fromEndpoints": [{"matchLabels": {"app": f"client-{i}"}}],
+                                  "toPorts": [{"ports": [{"port": str(8000 + i % 1000), "protocol": "TCP"}]}]}]}}
+
+
+def job(i: int, namespaces: int, pods_per_job: int) -> dict[str, Any]:
+    ns = f"team-{1 + i % max(namespaces - 1, 1):03d}"
+    name = f"train-{i:05d}"
+    zone = ZONES[i % len(ZONES)]
+
+    def spec(role: str, gpus: int) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "pytorch", "image": "pytorch/pytorch:2.4.0",
+                                     "resources": {"limits": {GPU: gpus}} if gpus else {}}
+        return {"replicas": 1 if role == "Master" else pods_per_job - 1, "restartPolicy": "OnFailure",
+                "template": {"spec": {"containers": [container],
+                                      **({"tolerations": [{"key": GPU, "operator": "Exists"}]} if gpus else {})}}}
+
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": ns, "uid": f"job-{i}", "resourceVersion": str(30000 + i),
+                         "creationTimestamp": _ts(i), "annotations": {"topoguard.io/zone": zone}},
+            "spec": {"pytorchReplicaSpecs": {"Master": spec("Master", 0), "Worker": spec("Worker", 4)}},
+            "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": _ts(i)}]}}
+
+
+def pod(i: int, world: World, *, generation: int = 0, restarts: int = 0) -> dict[str, Any]:
+    """Pod number i: the first jobs x pods_per_job belong to training jobs (1-GPU Workers, a CPU Master, all
+    in the job's zone), the rest are ordinary workloads (every fifth on a GPU node takes a GPU); a few
+    are Pending. `generation` renames an ordinary pod (a rollout); `restarts` changes only its status."""
+    in_job = i < world.jobs * world.pods_per_job
+    job_i, index = divmod(i, world.pods_per_job)
+    ns_count = max(world.namespaces - 1, 1)
+    if in_job:
+        ns = f"team-{1 + job_i % ns_count:03d}"
+        role = "master" if index == 0 else "worker"
+        name = f"train-{job_i:05d}-{role}-{index if index == 0 else index - 1}"
+        node_i = gpu_node(job_i % len(ZONES), job_i * 7 + index, world.nodes)
+        labels = {"training.kubeflow.org/job-name": f"train-{job_i:05d}", "training.kubeflow.org/operator-name":
+                  "pytorchjob-controller", "training.kubeflow.org/replica-type": role,
+                  "training.kubeflow.org/replica-index": str(index if index == 0 else index - 1),
+                  **({"training.kubeflow.org/job-role": "master"} if index == 0 else {})}
+        owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": f"train-{job_i:05d}",
+                 "uid": f"job-{job_i}", "controller": True, "blockOwnerDeletion": True}
+        gpus = 1 if index else 0
+    else:
+        ns = f"team-{1 + i % ns_count:03d}"
+        app = f"svc-{i % 997}"
+        name = f"{app}-{i:06x}-{generation}"
+        node_i = i % world.nodes
+        labels = {"app": app, "pod-template-hash": f"{i % 65536:04x}"}
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{i % 65536:04x}",
+                 "uid": f"rs-{i % 997}", "controller": True, "blockOwnerDeletion": True}
+        gpus = 1 if is_gpu_node(node_i) and i % 5 == 0 else 0
+    pending = i % 97 == 0
+    node_name = "" if pending else f"node-{node_i:05d}"
+    resources: dict[str, Any] = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}}
+    if gpus:
+        resources["limits"][GPU] = str(gpus)
+        resources["requests"][GPU] = str(gpus)
+    container = {
+        "name": "main", "image": f"registry.example/team/app:{i % 13}", "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/app", "--port=8080"], "ports": [{"containerPort": 8080, "protocol": "TCP", "name": "http"}],
+        "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(3)]
+        + [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+        "resources": resources,
+        "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                          "readOnly": True}, {"name": "data", "mountPath": "/data"}],
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+    }
+    started = _ts(i + generation)
+    restarts += generation % 3
+    status: dict[str, Any] = {"phase": "Pending" if pending else "Running", "qosClass": "Burstable"}
+    if not pending:
+        status.update(
+            hostIP=f"10.0.{node_i // 256}.{node_i % 256}", podIP=f"10.{node_i // 256}.{node_i % 256}.{i % 250 + 2}",
+            podIPs=[{"ip": f"10.{node_i // 256}.{node_i % 256}.{i % 250 + 2}"}], startTime=started,
+            conditions=[{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": started}
+                        for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                  "PodScheduled")],
+            containerStatuses=[{"name": "main", "ready": True, "restartCount": restarts, "started": True,
+                                "image": container["image"], "imageID": f"sha256:{i:064x}",
+                                "containerID": f"containerd://{i:064x}",
+                                "state": {"running": {"startedAt": started}}, "lastState": {}}])
+    else:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                 "message": "0/5000 nodes are available", "lastTransitionTime": started}]
+    return {
+        "metadata": {
+            "name": name, "namespace": ns, "uid": f"pod-{i}-{generation}", "resourceVersion": "0",
+            "creationTimestamp": started, "labels": labels, "ownerReferences": [owner],
+            "annotations": {"kubectl.kubernetes.io/restartedAt": started},
+            "managedFields": [
+                {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": started,
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {k: {} for k in labels}},
+                                                        "f:spec": {"f:containers": {'k:{"name":"main"}': {}}}}},
+                {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": started,
+                 "fieldsType": "FieldsV1", "subresource": "status",
+                 "fieldsV1": {"f:status": {"f:conditions": {}, "f:containerStatuses": {}, "f:phase": {}}}}],
+        },
+        "spec": {
+            "containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst", "serviceAccountName": "default", "serviceAccount": "default",
+            **({"nodeName": node_name} if node_name else {}), "schedulerName": "default-scheduler",
+            "securityContext": {}, "priority": 0, "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300}] + ([{"key": GPU, "operator": "Exists"}] if gpus else []),
+            "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                              "fieldPath": "metadata.namespace"}}]}}]}},
+                {"name": "data", "emptyDir": {}}],
+        },
+        "status": status,
+    }
+
+
+# --- the server ------------------------------------------------------------------------------------
+
+# (api group/version path, plural) -> (kind, list kind)
+SERVED = {
+    ("/api/v1", "nodes"): "Node",
+    ("/api/v1", "namespaces"): "Namespace",
+    ("/api/v1", "pods"): "Pod",
+    ("/apis/networking.k8s.io/v1", "networkpolicies"): "NetworkPolicy",
+    ("/apis/cilium.io/v2", "ciliumnetworkpolicies"): "CiliumNetworkPolicy",
+    ("/apis/cilium.io/v2", "ciliumclusterwidenetworkpolicies"): "CiliumClusterwideNetworkPolicy",
+    ("/apis/kubeflow.org/v1", "pytorchjobs"): "PyTorchJob",
+}
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def _matches(obj: dict[str, Any], selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            path, want = term.split("!=", 1)
+            if _field(obj, path) == want:
+                return False
+        else:
+            path, want = term.split("=", 1)
+            if _field(obj, path.rstrip("=")) != want:
+                return False
+    return True
+
+
+class Store:
+    """Objects by kind, each with its serialised form; one global resourceVersion, as etcd keeps it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rv = 1000
+        self.objects: dict[str, dict[str, tuple[dict[str, Any], bytes]]] = {k: {} for k in SERVED.values()}
+        self.watchers: dict[str, list[tuple[str, list[bytes], threading.Condition]]] = {k: [] for k in SERVED.values()}
+
+    def put(self, kind: str, obj: dict[str, Any], event: str = "") -> None:
+        with self.lock:
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+            if event == "DELETED":
+                self.objects[kind].pop(key, None)
+            else:
+                self.objects[kind][key] = (obj, orjson.dumps(obj))
+            if event:
+                self._send(kind, event, obj)
+
+    def _send(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        line = None
+        for selector, queue, cond in self.watchers[kind]:
+            if selector and not _matches(obj, selector):
+                continue  # (an object leaving the selector would be a DELETED; churn keeps pods bound)
+            line = line or orjson.dumps({"type": event, "object": obj}) + b"\n"
+            with cond:
+                queue.append(line)
+                cond.notify()
+
+
+def _pages(store: Store, kind: str, selector: str, limit: int, token: str) -> tuple[bytes, str]:
+    with store.lock:
+        rv = token.split(":")[0] if token else str(store.rv)
+        keys = sorted(store.objects[kind])
+        start = int(token.split(":")[1]) if token else 0
+        items: list[bytes] = []
+        i = start
+        while i < len(keys) and len(items) < limit:
+            obj, data = store.objects[kind][keys[i]]
+            if not selector or _matches(obj, selector):
+                items.append(data)
+            i += 1
+    more = f"{rv}:{i}" if i < len(keys) else ""
+    meta = {"resourceVersion": rv, **({"continue": more} if more else {})}
+    return (b'{"kind":"' + kind.encode() + b'List","apiVersion":"v1","metadata":' + orjson.dumps(meta)
+            + b',"items":[' + b",".join(items) + b"]}"), more
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    store: Store
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        group, _, plural = url.path.rpartition("/")
+        kind = SERVED.get((group, plural))
+        if kind is None:
+            body = orjson.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                 "code": 404, "message": "the server could not find the requested resource"})
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        selector = query.get("fieldSelector", "")
+        if query.get("watch", "").lower() in ("true", "1"):
+            self._watch(kind, selector, int(query.get("timeoutSeconds", "300")))
+            return
+        body, _ = _pages(self.store, kind, selector, int(query.get("limit", "500")), query.get("continue", ""))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _watch(self, kind: str, selector: str, timeout: int) -> None:
+        queue: list[bytes] = []
+        cond = threading.Condition()
+        entry = (selector, queue, cond)
+        with self.store.lock:
+            self.store.watchers[kind].append(entry)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        until = time.monotonic() + timeout
+        try:
+            while time.monotonic() < until:
+                with cond:
+                    if not queue:
+                        cond.wait(1.0)
+                    lines, queue[:] = list(queue), []
+                if not lines:
+                    mark = {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": "v1",
+                                                           "metadata": {"resourceVersion": str(self.store.rv)}}}
+                    lines = [orjson.dumps(mark) + b"\n"]
+                data = b"".join(lines)
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            with self.store.lock:
+                self.store.watchers[kind].remove(entry)
+
+
+def populate(store: Store, world: World) -> None:
+    for i in range(world.namespaces):
+        store.put("Namespace", namespace(i))
+    for i in range(world.nodes):
+        store.put("Node", node(i))
+    for i in range(world.policies):
+        store.put("CiliumNetworkPolicy", policy(i, world.namespaces))
+    for i in range(world.jobs):
+        store.put("PyTorchJob", job(i, world.namespaces, world.pods_per_job))
+    for i in range(world.pods):
+        store.put("Pod", pod(i, world))
+
+
+def churn_events(world: World, rng: random.Random) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Endless pod churn: 60 % MODIFIED (a status update: a restart), 40 % a rollout step (DELETED, then
+    ADDED back: an ordinary pod under a new name, a training pod recreated by its operator)."""
+    generations: dict[int, int] = {}
+    restarts: dict[int, int] = {}
+    while True:
+        i = rng.randrange(world.pods)
+        if rng.random() < 0.6:
+            restarts[i] = restarts.get(i, 0) + 1
+            yield "MODIFIED", pod(i, world, generation=generations.get(i, 0), restarts=restarts[i])
+        else:
+            yield "DELETED", pod(i, world, generation=generations.get(i, 0))
+            if i >= world.jobs * world.pods_per_job:
+                generations[i] = generations.get(i, 0) + 1
+            restarts.pop(i, None)
+            yield "ADDED", pod(i, world, generation=generations.get(i, 0))
+
+
+def serve(world: World, port_out: Any, commands: Any) -> None:
+    """The server process: populate, listen on 127.0.0.1, send the port, then obey commands.
+
+    Commands (over the pipe): ("churn", rate, seconds) starts sending events in a thread and answers
+    ("churned", n, seconds) when done; ("put", kind, obj, event) stores one object (event "" for no
+    watch event), answered with ("put",) only while no churn runs; ("stop",).
+    """
+    store = Store()
+    started = time.perf_counter()
+    populate(store, world)
+    handler = type("Handler", (_Handler,), {"store": store})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port_out.send((server.server_address[1], time.perf_counter() - started))
+    events = churn_events(world, random.Random(7))
+    send_lock = threading.Lock()
+    churning = threading.Event()
+
+    def churn(rate: float, seconds: float) -> None:
+        sent, begin = 0, time.perf_counter()
+        while (now := time.perf_counter()) - begin < seconds:
+            due = int((now - begin) * rate)
+            while sent < due:
+                event, obj = next(events)
+                store.put("Pod", obj, event)
+                sent += 1
+            time.sleep(0.002)
+        churning.clear()
+        with send_lock:
+            commands.send(("churned", sent, time.perf_counter() - begin))
+
+    while True:
+        command = commands.recv()
+        if command[0] == "stop":
+            server.shutdown()
+            return
+        if command[0] == "put":
+            _, kind, obj, event = command
+            store.put(kind, obj, event)
+            if not churning.is_set():
+                with send_lock:
+                    commands.send(("put",))
+        elif command[0] == "churn":
+            churning.set()
+            threading.Thread(target=churn, args=command[1:], daemon=True).start()
