@@ -74,19 +74,21 @@ def _refs(reasons: Sequence[Reason]) -> str:
     return "; ".join(f"{kind} {', '.join(names)}" for kind, names in by_kind.items())
 
 
-def _blocking_side(check: FlowCheck) -> tuple[str, SideVerdict]:
-    """The side that decides a failing flow: ingress before egress when both fail (it is the one that
-    names the destination's policy, which is usually where the fix goes)."""
+def _blocking_sides(check: FlowCheck) -> list[tuple[str, SideVerdict]]:
+    """The sides that decide a failing flow, ingress first (it names the destination's policy, usually
+    where the fix goes). Both when both fail: opening one side alone would not open the flow."""
     verdict = check.verdict
-    for name, side in (("ingress", verdict.ingress), ("egress", verdict.egress)):
-        if side.verdict == verdict.verdict:
-            return name, side
-    return "ingress", verdict.ingress
+    both = (("ingress", verdict.ingress), ("egress", verdict.egress))
+    sides = [(name, side) for name, side in both if side.verdict == verdict.verdict]
+    return sides or [("ingress", verdict.ingress)]
 
 
 def _cause(check: FlowCheck, group: JobGroup) -> str:
-    """What the policies do to the flow, naming every policy that decides it."""
-    side_name, side = _blocking_side(check)
+    """What the policies do to the flow, naming every policy that decides it, on each side that fails."""
+    return "; ".join(_side_cause(check, name, side, group) for name, side in _blocking_sides(check))
+
+
+def _side_cause(check: FlowCheck, side_name: str, side: SideVerdict, group: JobGroup) -> str:
     owner = check.flow.dst if side_name == "ingress" else check.flow.src
     where = f"{side_name} of {_pods(owner, group)}"
     denying = [r for r in side.reasons if r.policy and r.effect == "deny"]
@@ -114,9 +116,12 @@ def _fix(finding: Finding, reports: Sequence[ZoneReport], group: JobGroup) -> st
     if check.verdict.verdict == "unknown":
         return ("make the policy evaluable (see the reasons below), or run `topoguard reach` on the flow; "
                 "under enforcement warn the job is admitted unchanged")
-    side_name, side = _blocking_side(check)
     widest = [c.flow for c in finding.checks if c.flow.ports == ALL_PORTS]
     ports = _ports(widest[0]) if widest else ", ".join(dict.fromkeys(_ports(c.flow) for c in finding.checks))
+    return " and ".join(_side_fix(side_name, side, flow, ports, group) for side_name, side in _blocking_sides(check))
+
+
+def _side_fix(side_name: str, side: SideVerdict, flow: Flow, ports: str, group: JobGroup) -> str:
     denying = [r for r in side.reasons if r.policy and r.effect == "deny"]
     if denying:
         return f"narrow {denying[0].kind} {denying[0].policy} {denying[0].rule} so it no longer denies {ports}"
