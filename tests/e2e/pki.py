@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,19 +55,29 @@ def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticC
 class CertificateAuthority:
     """A self-signed CA that issues loopback serving certificates."""
 
-    def __init__(self, directory: Path, *, name: str = "topoguard-e2e-ca") -> None:
+    def __init__(self, directory: Path, *, name: str = "topoguard-e2e-ca",
+                 validity: datetime.timedelta = VALIDITY, dns_names: Sequence[str] = ()) -> None:
+        """dns_names: SANs on the CA certificate itself (an operator's cert rotator that finds a CA in its
+        Secret keeps it only if it verifies for the rotator's CA name); validity also bounds what it issues."""
         self._dir = directory
         self._key = ec.generate_private_key(ec.SECP256R1())
+        self._validity = validity
         now = datetime.datetime.now(datetime.UTC)
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        self._cert = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(subject)
             .issuer_name(subject)
             .public_key(self._key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE)
-            .not_valid_after(now + VALIDITY)
+            .not_valid_after(now + validity)
+        )
+        if dns_names:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+        self._cert = (
+            builder
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(
                 x509.KeyUsage(
@@ -85,11 +96,12 @@ class CertificateAuthority:
     def cert_pem(self) -> bytes:
         return self.pair.cert_pem
 
-    def issue_serving(self, stem: str, *, common_name: str) -> IssuedPair:
-        """A server certificate valid for localhost and 127.0.0.1 (SANs; Go ignores the CN)."""
+    def issue_serving(self, stem: str, *, common_name: str, dns_names: Sequence[str] = ()) -> IssuedPair:
+        """A server certificate valid for localhost and 127.0.0.1 (SANs; Go ignores the CN), plus dns_names
+        (e.g. the in-cluster Service name an operator's own cert rotator checks for)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in LOOPBACK_NAMES]
+        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in (*LOOPBACK_NAMES, *dns_names)]
         sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in LOOPBACK_IPS]
         cert = (
             x509.CertificateBuilder()
@@ -98,7 +110,7 @@ class CertificateAuthority:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE)
-            .not_valid_after(now + VALIDITY)
+            .not_valid_after(now + self._validity)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
