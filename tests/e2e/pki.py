@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=1)
@@ -36,13 +36,17 @@ class IssuedPair:
     key_path: Path
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
-def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> IssuedPair:
+def _key_pem(key: PrivateKey) -> bytes:
+    # RSA keys as PKCS#1 ("RSA PRIVATE KEY"): the form open-policy-agent's cert-controller parses back.
+    form = serialization.PrivateFormat.TraditionalOpenSSL if isinstance(key, rsa.RSAPrivateKey) \
+        else serialization.PrivateFormat.PKCS8
+    return key.private_bytes(serialization.Encoding.PEM, form, serialization.NoEncryption())
+
+
+def _write(directory: Path, stem: str, cert: x509.Certificate, key: PrivateKey) -> IssuedPair:
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
     key_pem = _key_pem(key)
     cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
@@ -56,11 +60,13 @@ class CertificateAuthority:
     """A self-signed CA that issues loopback serving certificates."""
 
     def __init__(self, directory: Path, *, name: str = "topoguard-e2e-ca",
-                 validity: datetime.timedelta = VALIDITY, dns_names: Sequence[str] = ()) -> None:
+                 validity: datetime.timedelta = VALIDITY, dns_names: Sequence[str] = (), rsa_key: bool = False) -> None:
         """dns_names: SANs on the CA certificate itself (an operator's cert rotator that finds a CA in its
-        Secret keeps it only if it verifies for the rotator's CA name); validity also bounds what it issues."""
+        Secret keeps it only if it verifies for the rotator's CA name); validity also bounds what it issues;
+        rsa_key: an RSA CA key (that rotator parses the CA key as PKCS#1 RSA only)."""
         self._dir = directory
-        self._key = ec.generate_private_key(ec.SECP256R1())
+        self._key: PrivateKey = (rsa.generate_private_key(public_exponent=65537, key_size=2048) if rsa_key
+                                 else ec.generate_private_key(ec.SECP256R1()))
         self._validity = validity
         now = datetime.datetime.now(datetime.UTC)
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])

@@ -140,10 +140,10 @@ def start_scheduler(binary: Path, kubeconfig: Path, work: Path) -> Process:
 
 
 # kube-controller-manager runs only what the tests need and nothing that would fight the suite:
-# `job` (a JobSet's Jobs -> Pods), `garbagecollector` (children of a deleted job), `serviceaccount`
+# `job-controller` (a JobSet's Jobs -> Pods), `garbagecollector` (children of a deleted job), `serviceaccount`
 # (each namespace's `default` ServiceAccount, without which the ServiceAccount admission plugin
 # refuses every Pod). Not `nodelifecycle`: with no kubelet it would taint every Node unreachable.
-CONTROLLER_MANAGER_CONTROLLERS = "job,garbagecollector,serviceaccount"
+CONTROLLER_MANAGER_CONTROLLERS = "job-controller,garbage-collector-controller,serviceaccount-controller"
 
 
 def start_controller_manager(binary: Path, kubeconfig: Path, work: Path) -> Process:
@@ -227,18 +227,23 @@ def _register(cluster: kube.Cluster, configurations: Iterable[RawObject]) -> lis
 
 def start_training_operator(component: Built, cluster: kube.Cluster, kubeconfig: Path, work: Path) -> Operator:
     """training-operator v1: its webhook is always on and its cert rotator (open-policy-agent
-    cert-controller) cannot be switched off, so the fixture hands the rotator certificates it keeps: a
-    Secret `training-operator-webhook-cert` holding a CA named `training-operator-ca` and a serving
+    cert-controller) cannot be switched off, so the fixture hands the rotator certificates it keeps:
+    a Secret `training-operator-webhook-cert` holding a CA named `training-operator-ca` and a serving
     certificate for `training-operator.<ns>.svc` AND 127.0.0.1, valid past the rotator's 90-day
-    look-ahead. The rotator then injects that CA into `validator.training-operator.kubeflow.org`
-    itself, exactly as in a cluster. Its webhook server has no host flag and listens on every
-    interface (port chosen free); metrics and probes are on 127.0.0.1."""
+    look-ahead, the CA key in PKCS#1 RSA (the only form the rotator parses back). The rotator then
+    injects that CA into `validator.training-operator.kubeflow.org` itself, exactly as in a cluster.
+    Its webhook server has no host flag and listens on every interface (port chosen free); metrics are
+    off and probes on 127.0.0.1."""
     tmp = work / "training-operator-tmp"
     ca = pki.CertificateAuthority(_mkdir(work / "training-operator-pki"), name="training-operator-ca",
-                                  validity=_ROTATOR_VALIDITY, dns_names=["training-operator-ca"])
+                                  validity=_ROTATOR_VALIDITY, dns_names=["training-operator-ca"], rsa_key=True)
     service = f"training-operator.{OPERATOR_NAMESPACE}.svc"
     serving = ca.issue_serving("serving", common_name=service, dns_names=[service])
+    # The webhook server reads $TMPDIR/k8s-webhook-server/serving-certs (this run's own). The rotator waits
+    # for tls.crt at a fixed /tmp/k8s-webhook-server/serving-certs, where the Deployment mounts the Secret:
+    # the suite plays kubelet and puts the same files there (only their existence is checked there).
     _write_certs(tmp / "k8s-webhook-server" / "serving-certs", serving)
+    _write_certs(ROTATOR_MOUNT, serving)
     ca_key = (work / "training-operator-pki" / "ca.key").read_bytes()
     cluster.request("POST", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets", {
         "apiVersion": "v1", "kind": "Secret",
@@ -258,6 +263,8 @@ def start_training_operator(component: Built, cluster: kube.Cluster, kubeconfig:
     return Operator("training-operator", proc, configs)
 
 
+# Where training-operator's rotator expects the Secret mounted (pkg/cert/cert.go certDir).
+ROTATOR_MOUNT = Path("/tmp/k8s-webhook-server/serving-certs")
 # cert-controller renews anything expiring within 90 days (defaultLookaheadInterval).
 _ROTATOR_VALIDITY = datetime.timedelta(days=120)
 

@@ -73,3 +73,24 @@ def test_lab_pytorchjob_colocate_mode_keeps_every_pod_in_one_open_zone(
             assert pod["metadata"]["labels"]["zone"] == "zone-a", pod["metadata"]["name"]
     finally:
         clean_namespace(cluster, namespace, [lab_job(namespace, name)])
+
+
+def test_colocate_mode_with_two_open_zones_keeps_the_job_together(
+    admission: kube.Cluster, training_operator: Operator,
+) -> None:
+    """Without the lab's policies zone-a and zone-c both fit the job (zone-b has no GPUs), and without a
+    zone identity label (fixtures/config-colocate-anyzone.yaml) no zone name is written: colocate
+    restricts every replica to those two zones and the podAffinity on the job's group does the rest,
+    so the scheduler, not topoguard, picks the zone, and every pod follows the first one bound."""
+    cluster, namespace, name = admission, "open-colocate", "ml-training"
+    try:
+        _, bound = _run_lab_job(cluster, namespace, name)
+        zones = record("colocate, two open zones", cluster, bound)
+        assert len(set(zones.values())) == 1, zones
+        assert set(zones.values()) <= {"zone-a", "zone-c"}, zones
+        for pod in bound:
+            terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert all({"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a", "zone-c"]}
+                       in term["matchExpressions"] for term in terms["nodeSelectorTerms"]), terms
+    finally:
+        clean_namespace(cluster, namespace, [lab_job(namespace, name)])
