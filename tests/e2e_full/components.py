@@ -24,7 +24,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +208,8 @@ class Operator:
     name: str
     process: Process
     configurations: list[RawObject]
+    # Files the suite put outside its work directory for this operator, removed on stop.
+    outside: list[Path] = field(default_factory=list)
 
     def stop(self, cluster: kube.Cluster) -> None:
         for config in self.configurations:
@@ -215,6 +217,8 @@ class Operator:
             with contextlib.suppress(Exception):
                 cluster.delete(config)
         self.process.stop()
+        for path in self.outside:
+            path.unlink(missing_ok=True)
 
 
 def _register(cluster: kube.Cluster, configurations: Iterable[RawObject]) -> list[RawObject]:
@@ -235,22 +239,13 @@ def start_training_operator(component: Built, cluster: kube.Cluster, kubeconfig:
     Its webhook server has no host flag and listens on every interface (port chosen free); metrics are
     off and probes on 127.0.0.1."""
     tmp = work / "training-operator-tmp"
-    ca = pki.CertificateAuthority(_mkdir(work / "training-operator-pki"), name="training-operator-ca",
-                                  validity=_ROTATOR_VALIDITY, dns_names=["training-operator-ca"], rsa_key=True)
-    service = f"training-operator.{OPERATOR_NAMESPACE}.svc"
-    serving = ca.issue_serving("serving", common_name=service, dns_names=[service])
+    ca, serving = rotator_certificates(cluster, work / "training-operator-pki", ca_name="training-operator-ca",
+                                       secret="training-operator-webhook-cert", service="training-operator")
     # The webhook server reads $TMPDIR/k8s-webhook-server/serving-certs (this run's own). The rotator waits
     # for tls.crt at a fixed /tmp/k8s-webhook-server/serving-certs, where the Deployment mounts the Secret:
     # the suite plays kubelet and puts the same files there (only their existence is checked there).
     _write_certs(tmp / "k8s-webhook-server" / "serving-certs", serving)
     _write_certs(ROTATOR_MOUNT, serving)
-    ca_key = (work / "training-operator-pki" / "ca.key").read_bytes()
-    cluster.request("POST", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets", {
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "training-operator-webhook-cert", "namespace": OPERATOR_NAMESPACE},
-        "data": {k: base64.b64encode(v).decode() for k, v in {
-            "ca.crt": ca.cert_pem, "ca.key": ca_key, "tls.crt": serving.cert_pem, "tls.key": serving.key_pem}.items()},
-    })
     port, probe = free_port(), free_port()
     configs = _register(cluster, webhook_configurations(
         component.webhook_manifest(), f"https://127.0.0.1:{port}", ca.cert_pem,
@@ -260,13 +255,33 @@ def start_training_operator(component: Built, cluster: kube.Cluster, kubeconfig:
         f"--health-probe-bind-address=127.0.0.1:{probe}", f"--webhook-server-port={port}",
     ], work / "training-operator.log", env=_env(kubeconfig, tmp, {"MY_POD_NAMESPACE": OPERATOR_NAMESPACE}))
     _start(proc, lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"), "ready (/readyz)")
-    return Operator("training-operator", proc, configs)
+    return Operator("training-operator", proc, configs, [ROTATOR_MOUNT / "tls.crt", ROTATOR_MOUNT / "tls.key"])
 
 
 # Where training-operator's rotator expects the Secret mounted (pkg/cert/cert.go certDir).
 ROTATOR_MOUNT = Path("/tmp/k8s-webhook-server/serving-certs")
 # cert-controller renews anything expiring within 90 days (defaultLookaheadInterval).
 _ROTATOR_VALIDITY = datetime.timedelta(days=120)
+
+
+def rotator_certificates(cluster: kube.Cluster, directory: Path, *, ca_name: str, secret: str,
+                         service: str) -> tuple[pki.CertificateAuthority, pki.IssuedPair]:
+    """Certificates an open-policy-agent cert-controller rotator keeps rather than replaces, stored in
+    the Secret it reads (ca.crt, ca.key, tls.crt, tls.key in OPERATOR_NAMESPACE): a CA whose
+    certificate verifies for the rotator's CA name and whose key is PKCS#1 RSA (the only form it parses
+    back), and a serving certificate for `<service>.<ns>.svc` (what it checks) and 127.0.0.1 (what the
+    apiserver dials here), both valid past its 90-day look-ahead."""
+    ca = pki.CertificateAuthority(_mkdir(directory), name=ca_name, validity=_ROTATOR_VALIDITY,
+                                  dns_names=[ca_name], rsa_key=True)
+    dns = f"{service}.{OPERATOR_NAMESPACE}.svc"
+    serving = ca.issue_serving("serving", common_name=dns, dns_names=[dns])
+    data = {"ca.crt": ca.cert_pem, "ca.key": (directory / "ca.key").read_bytes(),
+            "tls.crt": serving.cert_pem, "tls.key": serving.key_pem}
+    cluster.request("POST", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": OPERATOR_NAMESPACE},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    })
+    return ca, serving
 
 
 def _mkdir(path: Path) -> Path:
@@ -351,13 +366,32 @@ KUEUE_WEBHOOKS = frozenset({
 })
 
 
-def start_kueue(component: Built, cluster: kube.Cluster, ca: pki.CertificateAuthority, kubeconfig: Path,
-                work: Path) -> Operator:
-    """Kueue: internalCertManagement off (its config allows it), webhook on 127.0.0.1 with the suite's
-    certificate. Its job webhooks keep the overlay's namespaceSelector (not kube-system, not its own
-    namespace)."""
+# The CRDs Kueue serves a conversion webhook for (config/components/crd/patches/webhook_in_*.yaml); its
+# cert rotator injects its CA into each, and waits until it could.
+KUEUE_CONVERTED_CRDS = ("localqueues", "clusterqueues", "workloads", "cohorts", "multikueueclusters")
+
+
+def start_kueue(component: Built, cluster: kube.Cluster, kubeconfig: Path, work: Path) -> Operator:
+    """Kueue: with `internalCertManagement` off it insists on metrics certificates at a fixed
+    /etc/kueue/metrics/certs even with metrics off, so it runs as shipped, with its cert rotator on,
+    given certificates it keeps (rotator_certificates) in `webhook.certDir`. Webhook on 127.0.0.1; its
+    job webhooks keep the overlay's namespaceSelector (not kube-system, not its own namespace); the
+    conversion webhooks of its five converted CRDs point at it too, as its overlay sets them."""
     port, probe = free_port(), free_port()
-    certs = _serving_dir(ca, work / "kueue-certs", "kueue")
+    certs = work / "kueue-certs"
+    ca, serving = rotator_certificates(cluster, work / "kueue-pki", ca_name="kueue-ca",
+                                       secret="kueue-webhook-server-cert", service="kueue-webhook-service")
+    _write_certs(certs, serving)
+    base_url = f"https://127.0.0.1:{port}"
+    for plural in KUEUE_CONVERTED_CRDS:
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": f"{plural}.kueue.x-k8s.io"}}
+        stored = cluster.get(crd)
+        assert stored is not None, f"CRD {plural}.kueue.x-k8s.io is not installed"
+        stored["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": f"{base_url}/convert", "caBundle": base64.b64encode(ca.cert_pem).decode()},
+            "conversionReviewVersions": ["v1"]}}
+        cluster.replace(stored)
     config = _config_file(work / "kueue-config.yaml", {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": OPERATOR_NAMESPACE,
@@ -365,19 +399,25 @@ def start_kueue(component: Built, cluster: kube.Cluster, ca: pki.CertificateAuth
         "metrics": {"bindAddress": "0"},
         "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(certs)},
         "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
+        "internalCertManagement": {"enable": True},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        # Its on-demand visibility API (an aggregated API server for pending workloads, unused here) would
+        # bind 0.0.0.0:8082 and, with internal cert management, write certificates under a fixed /visibility.
+        "featureGates": {"VisibilityOnDemand": False},
     })
     not_system = {"namespaceSelector": {"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", OPERATOR_NAMESPACE]}]}}
     job_hooks = {"mpytorchjob.kb.io", "vpytorchjob.kb.io", "mtrainjob.kb.io", "vtrainjob.kb.io",
                  "mjobset.kb.io", "vjobset.kb.io"}
+    # The names its rotator derives from webhookServiceName `kueue-webhook-service`.
     configs = _register(cluster, webhook_configurations(
-        component.webhook_manifest(), f"https://127.0.0.1:{port}", ca.cert_pem,
+        component.webhook_manifest(), base_url, ca.cert_pem,
         names={"MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
                "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration"},
         keep=lambda name: name in KUEUE_WEBHOOKS, edit={name: not_system for name in job_hooks}))
-    proc = Process("kueue", [str(component.binary), f"--config={config}", "--zap-log-level=2"],
+    # --kubeconfig as well as KUBECONFIG: some of its parts look the flag up (flag.Lookup("kubeconfig")).
+    proc = Process("kueue", [str(component.binary), f"--config={config}", f"--kubeconfig={kubeconfig}",
+                             "--zap-log-level=2"],
                    work / "kueue.log", env=_env(kubeconfig, _mkdir(work / "kueue-tmp")))
     _start(proc, lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"), "ready (/readyz)")
     return Operator("kueue", proc, configs)

@@ -233,7 +233,7 @@ def _operator(name: str, cluster: kube.Cluster, control_plane: ControlPlane, wor
     elif name == "trainer":
         operator = components.start_trainer(component, cluster, control_plane.ca, kubeconfig, work)
     else:
-        operator = components.start_kueue(component, cluster, control_plane.ca, kubeconfig, work)
+        operator = components.start_kueue(component, cluster, kubeconfig, work)
     try:
         yield operator
     finally:
