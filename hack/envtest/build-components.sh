@@ -29,6 +29,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 if [[ $# -lt 1 ]]; then
     echo "usage: $0 OUT_DIR [COMPONENT...]" >&2
@@ -88,7 +89,7 @@ build_one() {
     version="$(pin "$module_dir" "$module")"
     key="$(sum_key "$module_dir")"
     dest="$cache_root/${name}-${version}_${key}_${goos}-${goarch}"
-    rm -f "$out/$name.bin" "$out/$name.error"
+    rm -f "$out/$name.bin" "$out/$name.error" "$out/$name.module"
     printf '%s\n' "$version" >"$out/$name.version"
     if [[ ! -x "$dest/$binary" ]]; then
         exec 8>"$cache_root/.build-$name.lock"
@@ -112,7 +113,7 @@ build_one() {
         if ! (cd "$module_dir" && GOFLAGS=-mod=readonly CGO_ENABLED=0 \
                 "$GO" build -trimpath -ldflags "$ldflags" -o "$work/$binary" "$package") >"$log" 2>&1; then
             {
-                echo "go build $package ($module $version, in ${module_dir#"$here/../../"}) failed after $((SECONDS - start))s:"
+                echo "go build $package ($module $version, in ${module_dir#"$repo/"}) failed after $((SECONDS - start))s:"
                 tail -n 30 "$log"
             } >"$out/$name.error"
             rm -rf "$work"

@@ -49,7 +49,7 @@ def _kueue_objects(namespace: str) -> list[tuple[str, kube.RawObject]]:
 
 
 def test_kueue_admits_the_queued_pytorchjob_into_the_zone_topoguard_chose(
-    admission: kube.Cluster, training_operator: Operator, kueue_controller: Operator,
+    kueue_controller: Operator, admission: kube.Cluster, training_operator: Operator,
 ) -> None:
     cluster, namespace, name = admission, "kueue", "ml-training"
     created: list[str] = []
