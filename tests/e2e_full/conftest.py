@@ -47,7 +47,7 @@ OPERATORS = ("training-operator", "jobset", "trainer", "kueue")
 # Per test namespace: the topoguard mode that serves it.
 NAMESPACES = {
     "lab-pin": "pin", "lab-colocate": "colocate", "open-colocate": "colocate-anyzone",
-    "jobset": "pin", "trainjob": "pin", "kueue": "pin",
+    "jobset": "pin", "trainjob": "pin", "kueue": "pin", "kueue-trainjob": "pin",
 }
 # Namespaces without the lab's policies (every zone with the GPUs is open).
 NO_POLICIES = frozenset({"open-colocate"})

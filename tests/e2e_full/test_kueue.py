@@ -17,7 +17,8 @@ import pytest
 
 from tests.e2e import kube
 from tests.e2e_full.components import Operator
-from tests.e2e_full.conftest import clean_namespace, lab_job, record, wait_bound, wait_for
+from tests.e2e_full.conftest import clean_namespace, fixture, lab_job, record, wait_bound, wait_for
+from tests.e2e_full.test_jobset_trainjob import GPU_TOLERATION, MAINTENANCE_TOLERATION
 
 pytestmark = pytest.mark.e2e
 
@@ -27,25 +28,54 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 FLAVOR_ORDER = ("zone-c", "zone-a", "zone-b")
 
 
-def _kueue_objects(namespace: str) -> list[tuple[str, kube.RawObject]]:
+def _kueue_objects(namespace: str, prefix: str) -> list[tuple[str, kube.RawObject]]:
+    """One ResourceFlavor per zone (named <prefix>-<zone>, nodeLabels on the zone label), a ClusterQueue
+    listing them zone-c first with quota to spare, and a LocalQueue `training` in namespace. Names are
+    per test: Kueue's finalizers keep deleted flavors and queues around for a while."""
     flavors = [(f"{KUEUE}/resourceflavors", {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": zone},
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": f"{prefix}-{zone}"},
         "spec": {"nodeLabels": {ZONE_LABEL: zone}},
     }) for zone in FLAVOR_ORDER]
     quota = [{"name": "cpu", "nominalQuota": "100"}, {"name": "memory", "nominalQuota": "1000Gi"},
              {"name": "nvidia.com/gpu", "nominalQuota": "32"}]
     queue = (f"{KUEUE}/clusterqueues", {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "gpu-zones"},
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": prefix},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-            "flavors": [{"name": zone, "resources": quota} for zone in FLAVOR_ORDER],
+            "flavors": [{"name": f"{prefix}-{zone}", "resources": quota} for zone in FLAVOR_ORDER],
         }]},
     })
     local = (f"{KUEUE}/namespaces/{namespace}/localqueues", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "training", "namespace": namespace}, "spec": {"clusterQueue": "gpu-zones"},
+        "metadata": {"name": "training", "namespace": namespace}, "spec": {"clusterQueue": prefix},
     })
     return [*flavors, queue, local]
+
+
+def _admitted_flavors(cluster: kube.Cluster, namespace: str, what: str) -> dict[str, set[str]]:
+    """Wait until Kueue admits the namespace's Workload; pod set name -> the flavors it was given."""
+    workload: dict[str, kube.RawObject] = {}
+
+    def admitted() -> bool:
+        body, _ = cluster.request("GET", f"{KUEUE}/namespaces/{namespace}/workloads")
+        for item in body.get("items") or []:
+            conditions = item.get("status", {}).get("conditions") or []
+            if any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions):
+                workload["admitted"] = item
+                return True
+        return False
+
+    wait_for(admitted, f"Kueue to admit the Workload of {what}")
+    assignments = workload["admitted"]["status"]["admission"]["podSetAssignments"]
+    return {ps["name"]: set(ps["flavors"].values()) for ps in assignments}
+
+
+def _queued(cluster: kube.Cluster, namespace: str, prefix: str) -> list[str]:
+    created = []
+    for collection, obj in _kueue_objects(namespace, prefix):
+        cluster.request("POST", collection, obj)
+        created.append(f"{collection}/{obj['metadata']['name']}")
+    return created
 
 
 def test_kueue_admits_the_queued_pytorchjob_into_the_zone_topoguard_chose(
@@ -56,9 +86,7 @@ def test_kueue_admits_the_queued_pytorchjob_into_the_zone_topoguard_chose(
     job = lab_job(namespace, name)
     job["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = "training"
     try:
-        for collection, obj in _kueue_objects(namespace):
-            cluster.request("POST", collection, obj)
-            created.append(f"{collection}/{obj['metadata']['name']}")
+        created = _queued(cluster, namespace, "pytorch")
         cluster.create(job)
         stored = cluster.get(job)
         assert stored is not None
@@ -66,23 +94,9 @@ def test_kueue_admits_the_queued_pytorchjob_into_the_zone_topoguard_chose(
         assert chosen == "zone-a"
         # Kueue's webhook suspended it at creation (topoguard's patch is on the same object).
         assert stored["spec"]["runPolicy"].get("suspend") is True, stored["spec"].get("runPolicy")
-
-        workload: dict[str, kube.RawObject] = {}
-
-        def admitted() -> bool:
-            body, _ = cluster.request("GET", f"{KUEUE}/namespaces/{namespace}/workloads")
-            for item in body.get("items") or []:
-                conditions = item.get("status", {}).get("conditions") or []
-                if any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions):
-                    workload["admitted"] = item
-                    return True
-            return False
-
-        wait_for(admitted, f"Kueue to admit the Workload of {namespace}/{name}")
-        flavors = {ps["name"]: ps["flavors"] for ps in workload["admitted"]["status"]["admission"]["podSetAssignments"]}
+        flavors = _admitted_flavors(cluster, namespace, f"{namespace}/{name}")
         # Every resource of both pod sets (Master: cpu, memory; Worker: nvidia.com/gpu) got the zone-a flavor.
-        assert set(flavors) == {"master", "worker"}, flavors
-        assert {flavor for assigned in flavors.values() for flavor in assigned.values()} == {chosen}, flavors
+        assert flavors == {"master": {f"pytorch-{chosen}"}, "worker": {f"pytorch-{chosen}"}}, flavors
 
         bound = wait_bound(cluster, namespace, f"training.kubeflow.org/job-name={name}", count=5)
         zones = record("kueue + lab pin", cluster, bound)
@@ -90,6 +104,48 @@ def test_kueue_admits_the_queued_pytorchjob_into_the_zone_topoguard_chose(
         for pod in bound:
             assert pod["spec"].get("nodeSelector", {}).get(ZONE_LABEL) == chosen, pod["metadata"]["name"]
             assert pod["metadata"]["labels"]["zone"] == chosen
+    finally:
+        clean_namespace(cluster, namespace, [job])
+        for path in reversed(created):
+            cluster.request("DELETE", path)
+
+
+def test_kueue_admits_the_queued_trainjob_into_the_zone_topoguard_chose(
+    kueue_controller: Operator, admission: kube.Cluster, trainer_controller: Operator,
+) -> None:
+    """A TrainJob through Kueue's trainjob integration: Kueue computes its pod sets by running Trainer's
+    own runtime code over the runtime and every runtimePatch (topoguard's included), and at admission
+    appends a runtimePatch of its own (manager kueue.x-k8s.io/manager) with the flavor's nodeLabels.
+    Trainer merges them all; the pods land in topoguard's zone and keep the runtime's tolerations
+    (these flavors carry none, so Kueue's patch writes no toleration list that could replace them)."""
+    cluster, namespace = admission, "kueue-trainjob"
+    created: list[str] = []
+    job = fixture("trainjob-torch.yaml", namespace=namespace)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "training"}
+    try:
+        created = _queued(cluster, namespace, "trainjob")
+        cluster.create(job)
+        stored = cluster.get(job)
+        assert stored is not None
+        chosen = stored["metadata"]["annotations"]["topoguard.io/zone"]
+        assert stored["spec"].get("suspend") is True, stored["spec"]
+        flavors = _admitted_flavors(cluster, namespace, f"{namespace}/train")
+        assert {f for assigned in flavors.values() for f in assigned} == {f"trainjob-{chosen}"}, flavors
+
+        bound = wait_bound(cluster, namespace, "jobset.sigs.k8s.io/jobset-name=train", count=2)
+        admitted = cluster.get(job)
+        assert admitted is not None
+        managers = [p["manager"] for p in admitted["spec"]["runtimePatches"]]
+        # The user's patch first; topoguard's and Kueue's (added by its webhook, filled in at admission) follow.
+        assert managers[0] == "example.io/platform-team", managers
+        assert "kueue.x-k8s.io/manager" in managers and any("topoguard" in m for m in managers), managers
+        zones = record("kueue + trainjob", cluster, bound)
+        assert set(zones.values()) == {chosen}, zones
+        for pod in bound:
+            tolerations = pod["spec"].get("tolerations") or []
+            for wanted in (GPU_TOLERATION, MAINTENANCE_TOLERATION):
+                assert wanted in tolerations, (pod["metadata"]["name"], tolerations)
+            assert pod["metadata"]["labels"].get("zone") == chosen, pod["metadata"]["name"]
     finally:
         clean_namespace(cluster, namespace, [job])
         for path in reversed(created):
