@@ -47,7 +47,7 @@ OPERATORS = ("training-operator", "jobset", "trainer", "kueue")
 # Per test namespace: the topoguard mode that serves it.
 NAMESPACES = {
     "lab-pin": "pin", "lab-colocate": "colocate", "open-colocate": "colocate-anyzone",
-    "jobset": "pin", "trainjob": "pin", "kueue": "pin", "kueue-trainjob": "pin",
+    "jobset": "pin", "trainjob": "pin", "kueue": "pin", "kueue-trainjob": "pin", "audit": "pin",
 }
 # Namespaces without the lab's policies (every zone with the GPUs is open).
 NO_POLICIES = frozenset({"open-colocate"})
@@ -188,7 +188,9 @@ def topoguard(cluster: kube.Cluster, control_plane: ControlPlane, control_loops:
             server = TopoguardServer(
                 ["--kubeconfig", str(control_plane.kubeconfig), "--config", str(FIXTURES / f"config-{mode}.yaml"),
                  "--tls-cert", str(serving.cert_path), "--tls-key", str(serving.key_path)],
-                work / f"topoguard-{mode}.log", ca_file=control_plane.ca.pair.cert_path)
+                work / f"topoguard-{mode}.log", ca_file=control_plane.ca.pair.cert_path,
+                # The chart's Downward API env: the audit's Lease lives in the release namespace.
+                env={"POD_NAMESPACE": components.OPERATOR_NAMESPACE, "POD_NAME": f"topoguard-{mode}"})
             server.start(wait_for="/readyz")
             servers[mode] = server
             selector = copy.deepcopy(webhooks.ENABLED_SELECTOR)
