@@ -8,6 +8,11 @@ package tools
 import (
 	// etcd's server binary, at the version kube-apiserver v1.36.3's go.mod requires.
 	_ "go.etcd.io/etcd/server/v3"
-	// The API server itself (no kubelet, no controller-manager: envtest's set-up).
+	// The API server itself (no kubelet: envtest's set-up).
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	// make e2e-full (build-components.sh): the scheduler that binds pods to the suite's Nodes, and
+	// the controller-manager for its job controller (JobSet's Jobs -> Pods) and the namespaces'
+	// default ServiceAccounts. Same module, so always the apiserver's version.
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 )

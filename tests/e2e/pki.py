@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=1)
@@ -35,13 +36,17 @@ class IssuedPair:
     key_path: Path
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
-def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> IssuedPair:
+def _key_pem(key: PrivateKey) -> bytes:
+    # RSA keys as PKCS#1 ("RSA PRIVATE KEY"): the form open-policy-agent's cert-controller parses back.
+    form = serialization.PrivateFormat.TraditionalOpenSSL if isinstance(key, rsa.RSAPrivateKey) \
+        else serialization.PrivateFormat.PKCS8
+    return key.private_bytes(serialization.Encoding.PEM, form, serialization.NoEncryption())
+
+
+def _write(directory: Path, stem: str, cert: x509.Certificate, key: PrivateKey) -> IssuedPair:
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
     key_pem = _key_pem(key)
     cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
@@ -54,19 +59,31 @@ def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticC
 class CertificateAuthority:
     """A self-signed CA that issues loopback serving certificates."""
 
-    def __init__(self, directory: Path, *, name: str = "topoguard-e2e-ca") -> None:
+    def __init__(self, directory: Path, *, name: str = "topoguard-e2e-ca",
+                 validity: datetime.timedelta = VALIDITY, dns_names: Sequence[str] = (), rsa_key: bool = False) -> None:
+        """dns_names: SANs on the CA certificate itself (an operator's cert rotator that finds a CA in its
+        Secret keeps it only if it verifies for the rotator's CA name); validity also bounds what it issues;
+        rsa_key: an RSA CA key (that rotator parses the CA key as PKCS#1 RSA only)."""
         self._dir = directory
-        self._key = ec.generate_private_key(ec.SECP256R1())
+        self._key: PrivateKey = (rsa.generate_private_key(public_exponent=65537, key_size=2048) if rsa_key
+                                 else ec.generate_private_key(ec.SECP256R1()))
+        self._validity = validity
         now = datetime.datetime.now(datetime.UTC)
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        self._cert = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(subject)
             .issuer_name(subject)
             .public_key(self._key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE)
-            .not_valid_after(now + VALIDITY)
+            .not_valid_after(now + validity)
+        )
+        if dns_names:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+        self._cert = (
+            builder
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(
                 x509.KeyUsage(
@@ -85,11 +102,12 @@ class CertificateAuthority:
     def cert_pem(self) -> bytes:
         return self.pair.cert_pem
 
-    def issue_serving(self, stem: str, *, common_name: str) -> IssuedPair:
-        """A server certificate valid for localhost and 127.0.0.1 (SANs; Go ignores the CN)."""
+    def issue_serving(self, stem: str, *, common_name: str, dns_names: Sequence[str] = ()) -> IssuedPair:
+        """A server certificate valid for localhost and 127.0.0.1 (SANs; Go ignores the CN), plus dns_names
+        (e.g. the in-cluster Service name an operator's own cert rotator checks for)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in LOOPBACK_NAMES]
+        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in (*LOOPBACK_NAMES, *dns_names)]
         sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in LOOPBACK_IPS]
         cert = (
             x509.CertificateBuilder()
@@ -98,7 +116,7 @@ class CertificateAuthority:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE)
-            .not_valid_after(now + VALIDITY)
+            .not_valid_after(now + self._validity)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)

@@ -1,0 +1,5 @@
+//go:build tools
+
+package tools
+
+import _ "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"
