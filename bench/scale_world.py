@@ -288,6 +288,7 @@ class Store:
         self.rv = 1000
         self.objects: dict[str, dict[str, tuple[dict[str, Any], bytes]]] = {k: {} for k in SERVED.values()}
         self.watchers: dict[str, list[tuple[str, list[bytes], threading.Condition]]] = {k: [] for k in SERVED.values()}
+        self.order: dict[str, list[str]] = {}  # sorted keys per kind, dropped when a key comes or goes
 
     def put(self, kind: str, obj: dict[str, Any], event: str = "") -> None:
         with self.lock:
@@ -296,7 +297,10 @@ class Store:
             key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
             if event == "DELETED":
                 self.objects[kind].pop(key, None)
+                self.order.pop(kind, None)
             else:
+                if key not in self.objects[kind]:
+                    self.order.pop(kind, None)
                 self.objects[kind][key] = (obj, orjson.dumps(obj))
             if event:
                 self._send(kind, event, obj)
@@ -315,7 +319,9 @@ class Store:
 def _pages(store: Store, kind: str, selector: str, limit: int, token: str) -> tuple[bytes, str]:
     with store.lock:
         rv = token.split(":")[0] if token else str(store.rv)
-        keys = sorted(store.objects[kind])
+        keys = store.order.get(kind)
+        if keys is None:
+            keys = store.order[kind] = sorted(store.objects[kind])
         start = int(token.split(":")[1]) if token else 0
         items: list[bytes] = []
         i = start

@@ -36,3 +36,8 @@ run "adversarial reviews: worst-case time and memory" bench/bench_adversarial.py
 audit_size=--full
 case " $* " in *" --quick "*) audit_size=--quick ;; esac
 run "audit: one pass over the running training jobs" bench/bench_audit.py "${audit_size}"
+# The scale bench: a tenth of the 5,000-node, 150,000-pod cluster by default (minutes); TOPOGUARD_BENCH_SCALE=full
+# runs the whole size (about ten minutes, 2 GB in the list/watch server).
+scale_size=()
+[[ "${TOPOGUARD_BENCH_SCALE:-}" == full ]] && scale_size=(--full)
+run "scale: the watch cache of a large cluster under pod churn" bench/bench_scale.py "${scale_size[@]}"
