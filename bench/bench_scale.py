@@ -132,7 +132,7 @@ def quantile_bound(before: dict[float, float], after: dict[float, float], q: flo
 
 def map_zone_free(port: int, ctx: ssl.SSLContext, zone: str) -> int | None:
     try:
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}/map", context=ctx, timeout=10) as r:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/map?jobs=false", context=ctx, timeout=10) as r:
             body = json.loads(r.read())
     except OSError:
         return None
@@ -209,7 +209,9 @@ def main() -> int:
         ctx = ssl.create_default_context(cadata=pair.cert_pem.decode())
         map_port, port = free_port(), free_port()
         config = tmp / "config.yaml"
-        config.write_text(f"mapAccess: loopback\nmapPort: {map_port}\n")
+        # The audit loop is off: this server plays no Leases, Events or PolicyReports (bench_audit.py
+        # measures an audit pass).
+        config.write_text(f"mapAccess: loopback\nmapPort: {map_port}\naudit:\n  enabled: false\n")
         log = tmp / "serve.log"
         argv = [sys.executable, "-m", "app", "serve", "--kubeconfig", str(kubeconfig), "--tls-cert", str(cert),
                 "--tls-key", str(key), "--host", "127.0.0.1", "--port", str(port), "--config", str(config)]

@@ -257,6 +257,9 @@ SERVED = {
     ("/apis/cilium.io/v2", "ciliumnetworkpolicies"): "CiliumNetworkPolicy",
     ("/apis/cilium.io/v2", "ciliumclusterwidenetworkpolicies"): "CiliumClusterwideNetworkPolicy",
     ("/apis/kubeflow.org/v1", "pytorchjobs"): "PyTorchJob",
+    # The Cilium agent's ConfigMap and DaemonSet, watched by name in kube-system: none here (an empty list).
+    ("/api/v1/namespaces/kube-system", "configmaps"): "ConfigMap",
+    ("/apis/apps/v1/namespaces/kube-system", "daemonsets"): "DaemonSet",
 }
 
 

@@ -131,7 +131,9 @@ def job_map(snapshot: Snapshot, settings: Settings, raw: Any) -> dict[str, Any]:
     return rendered
 
 
-def build_map(state: AppState, *, namespace: str | None = None, job: Any = None) -> dict[str, Any]:
+def build_map(
+    state: AppState, *, namespace: str | None = None, job: Any = None, with_jobs: bool = True
+) -> dict[str, Any]:
     snapshot, problem = state.snapshot()
     settings = state.settings
     zones = zone_capacity(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
@@ -139,9 +141,11 @@ def build_map(state: AppState, *, namespace: str | None = None, job: Any = None)
         "revision": snapshot.revision,
         "zoneLabel": settings.zone_label,
         "zones": [{"zone": zone, **info} for zone, info in zones.items()],
-        # The running training jobs in audit.scope (app/engine/audit.py), computed once per snapshot.
-        "jobs": [a.to_json() for a in audit.audit_memoized(snapshot, settings)],
     }
+    if with_jobs and settings.audit.enabled:
+        # The running training jobs in audit.scope (app/engine/audit.py), computed once per snapshot: a
+        # pass over every job, so ?jobs=false leaves it out for callers that poll the zones.
+        out["jobs"] = [a.to_json() for a in audit.audit_memoized(snapshot, settings)]
     if problem:
         out["cacheProblem"] = problem
     if snapshot.missing_kinds:
@@ -230,16 +234,17 @@ router = APIRouter()
 
 
 @router.get(MAP_PATH)
-async def zone_map(request: Request, state: StateDep, namespace: str | None = None) -> Response:
-    """The zone map: zones with nodes, GPU nodes and free GPUs; with ?namespace=, the policies that
-    apply there and, per zone, whether the namespace's pods can reach each other.
+async def zone_map(request: Request, state: StateDep, namespace: str | None = None, jobs: bool = True) -> Response:
+    """The zone map: zones with nodes, GPU nodes and free GPUs, and the running jobs' audit (unless
+    ?jobs=false, or audit.enabled is false); with ?namespace=, the policies that apply there and, per
+    zone, whether the namespace's pods can reach each other.
 
     Built on a worker thread (policy evaluation never blocks the loop).
     """
     refusal = await authorize(request, state)
     if refusal is not None:
         return refusal
-    return _json(await run_in_threadpool(functools.partial(build_map, state, namespace=namespace)))
+    return _json(await run_in_threadpool(functools.partial(build_map, state, namespace=namespace, with_jobs=jobs)))
 
 
 # The map's decisions share the decision workers under this one key, so together they hold at most a share.

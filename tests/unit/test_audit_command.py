@@ -106,3 +106,15 @@ def test_map_json_lists_the_running_jobs_audit() -> None:
     (job,) = got["jobs"]
     assert (job["name"], [f["type"] for f in job["findings"]]) == ("ml-training", ["split", "blocked", "blocked"])
     assert maps.build_map(state)["jobs"] == got["jobs"]  # served from the snapshot's memo
+
+
+def test_map_leaves_the_jobs_out_when_asked_or_when_the_audit_is_off() -> None:
+    # ?jobs=false serves callers that poll the zones (an audit pass covers every job); audit.enabled false
+    # means no audit anywhere, /map included.
+    settings = load_settings(CONFIG)
+    snapshot = load_snapshot(BEFORE, gpu_resources=settings.gpu_resources)
+    state = AppState(settings=settings, store=StaticStore(snapshot), metrics=Metrics(), workers=None)
+    assert "jobs" not in maps.build_map(state, with_jobs=False)
+    off = settings.model_copy(update={"audit": settings.audit.model_copy(update={"enabled": False})})
+    quiet = AppState(settings=off, store=StaticStore(snapshot), metrics=Metrics(), workers=None)
+    assert "jobs" not in maps.build_map(quiet) and maps.build_map(quiet)["zones"]
