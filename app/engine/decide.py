@@ -88,6 +88,7 @@ def prepare(snapshot: Snapshot, settings: Settings) -> None:
     policy.build_index(snapshot)
     policy.label_keys_mentioned(snapshot)
     memo.keys_read(snapshot)
+    unreadable_gpus(snapshot, settings.gpu_resources)
 
 
 def job_key(group: JobGroup) -> ledger.JobKey:
@@ -353,14 +354,19 @@ def warnings_for(run: Run) -> tuple[str, ...]:
 
 
 def unreadable_gpus(snapshot: Snapshot, gpu_resources: Sequence[str]) -> list[str]:
-    """Nodes whose allocatable GPUs are not a quantity: counted as none, and said so."""
-    kinds = set(gpu_resources)
-    return [
-        f"node {node.name}: allocatable {resource}={value!r} is not a quantity, so it counts as 0 GPUs"
-        for node in snapshot.nodes
-        for resource, value in sorted(node.unparsable.items())
-        if resource in kinds
-    ]
+    """Nodes whose allocatable GPUs are not a quantity: counted as none, and said so (once per snapshot:
+    a pass over the nodes)."""
+    kinds = frozenset(gpu_resources)
+
+    def build(s: Snapshot) -> tuple[str, ...]:
+        return tuple(
+            f"node {node.name}: allocatable {resource}={value!r} is not a quantity, so it counts as 0 GPUs"
+            for node in s.nodes if node.unparsable
+            for resource, value in sorted(node.unparsable.items())
+            if resource in kinds
+        )
+
+    return list(snapshot.memo(f"engine.unreadable-gpus/{','.join(sorted(kinds))}", build))
 
 
 def zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = lambda problem: True) -> list[str]:
