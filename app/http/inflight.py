@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from app.engine import ledger
-from app.models.cluster import Snapshot, freeze
+from app.models.cluster import Snapshot, add_counts, freeze
 
 IN_FLIGHT_SECONDS = 60.0
 # More live holds than this means a flood of admissions; the oldest go first (they are the likeliest
@@ -103,12 +103,7 @@ class InFlight:
 
     def _count(self, hold: ledger.Hold, sign: int) -> None:
         per = self._totals.setdefault(hold.zone, {})
-        for resource, count in hold.gpus.items():
-            left = per.get(resource, 0) + sign * count
-            if left:
-                per[resource] = left
-            else:
-                per.pop(resource, None)
+        add_counts(per, hold.gpus, sign)
         if not per:
             del self._totals[hold.zone]
 

@@ -32,6 +32,16 @@ def freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
+def add_counts(target: dict[str, int], counts: Mapping[str, int], sign: int) -> None:
+    """`target` += `sign` x `counts`, per key; a key whose count reaches zero is dropped."""
+    for key, count in counts.items():
+        left = target.get(key, 0) + sign * count
+        if left:
+            target[key] = left
+        else:
+            target.pop(key, None)
+
+
 class BoundedMemo(Generic[K, V]):
     """A bounded cache kept with a snapshot (e.g. verdicts, decisions); the oldest entry goes first
     when it is full. Reads take no lock; writes do, so concurrent reviews can share it."""

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from app.models.cluster import PodInfo, Snapshot
+from app.models.cluster import PodInfo, Snapshot, add_counts
 from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME
 
 # The operators' job-name pod labels (`JobInfo.pod_label` is one of these).
@@ -99,12 +99,7 @@ class PodIndexBuilder:
             return
         if pod.node_name and pod.requests:
             per = dict(self._held.get(pod.node_name, {}))
-            for resource, count in pod.requests.items():
-                left = per.get(resource, 0) + sign * count
-                if left:
-                    per[resource] = left
-                else:
-                    per.pop(resource, None)
+            add_counts(per, pod.requests, sign)
             if per:
                 self._held[pod.node_name] = MappingProxyType(per)
             else:
