@@ -119,8 +119,8 @@ def audit(snapshot: Snapshot, settings: Settings) -> tuple[JobAudit, ...]:
 
 def audit_memoized(snapshot: Snapshot, settings: Settings) -> tuple[JobAudit, ...]:
     """`audit`, kept with the snapshot per settings (the /map JSON reads it on every request)."""
-    # NB: a memo builder must not build another memo, and audit builds several: the memo holds a plain
-    # dict that is filled outside its lock (two racing callers both compute it; either answer is right).
+    # NB: keyed by the settings, which a memo's string key cannot hold: the memo holds a plain dict that is
+    # filled outside its lock (two racing callers both compute it; either answer is right).
     kept: dict[Settings, tuple[JobAudit, ...]] = snapshot.memo(AUDIT_MEMO_KEY, lambda _: {})
     found = kept.get(settings)
     if found is None:

@@ -178,9 +178,7 @@ def stored_jobs(snapshot: Snapshot) -> frozenset[JobKey]:
 def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     """The memoised `build_ledger` of this snapshot."""
     key = f"{LEDGER_MEMO_KEY}/{','.join(gpu_resources)}"
-    # NB: built first: a memo builder must not build another memo (the lock is not reentrant).
-    stored = stored_jobs(snapshot)
-    return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources, stored=stored))
+    return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources, stored=stored_jobs(s)))
 
 
 ZoneTotals = Mapping[str, Mapping[str, int]]  # zone -> GPU resource -> GPUs

@@ -144,10 +144,9 @@ KEYS_READ_MEMO_KEY = "engine.decision-keys-read"
 
 def keys_read(snapshot: Snapshot) -> frozenset[str]:
     """Every pod label key a policy selector reads or mentions: what a decision key keeps of the labels."""
-    # NB: the two inputs are built first: a memo builder must not build another memo (the lock is not
-    # reentrant), so the union's builder only combines what exists.
-    index, mentioned = policy.build_index(snapshot), policy.label_keys_mentioned(snapshot)
-    return snapshot.memo(KEYS_READ_MEMO_KEY, lambda _: index.keys_read | mentioned, network=True)
+    return snapshot.memo(
+        KEYS_READ_MEMO_KEY, lambda s: policy.build_index(s).keys_read | policy.label_keys_mentioned(s), network=True
+    )
 
 
 class DecisionKey:
@@ -181,7 +180,7 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
 
     def __init__(self, size: int = DECISION_MEMO_SIZE) -> None:
         super().__init__(size)
-        # Filled on first use: the builder of this memo must not build `keys_read` (not reentrant).
+        # Filled on first use (`key` has the snapshot; the memo can be made without one).
         self._read: frozenset[str] | None = None
         # The last settings seen and their hash: a server passes one Settings to every review.
         self._settings_hash: tuple[Settings, int] | None = None
