@@ -15,7 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from app.cache import projections
-from app.models.cluster import JobInfo, NamespaceInfo, NodeInfo, PodInfo, PolicyObject, Snapshot
+from app.engine import ledger
+from app.models.cluster import JobInfo, NamespaceInfo, NodeInfo, PodInfo, PolicyObject, Snapshot, freeze
 from app.models.job import Flow, JobGroup, Replica, UserPlacement
 from app.models.labels import DEFAULT_ZONE_LABEL, HOSTNAME_LABEL, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
 from app.models.network import ALL_PORTS, PortRange
@@ -333,3 +334,19 @@ def gpu_taint(key: str = GPU, value: str = "present", effect: str = "NoSchedule"
 
 def tolerate(key: str = GPU, effect: str = "NoSchedule") -> dict[str, str]:
     return {"key": key, "operator": "Exists", "effect": effect}
+
+
+def in_flight_totals(
+    holds: Iterable[ledger.Hold], *, job: ledger.JobKey, stored: frozenset[ledger.JobKey] = frozenset()
+) -> ledger.ZoneTotals:
+    """Per zone, the GPUs `holds` keep for jobs other than `job` that are not stored yet, counted from
+    scratch: what engine.pending's `in_flight` means, and the reference InFlight.totals (which keeps the
+    same totals incrementally) is tested against."""
+    totals: dict[str, dict[str, int]] = {}
+    for hold in holds:
+        if hold.key == job or hold.key in stored:
+            continue
+        per = totals.setdefault(hold.zone, {})
+        for resource, count in hold.gpus.items():
+            per[resource] = per.get(resource, 0) + count
+    return freeze({z: freeze(per) for z, per in totals.items()})

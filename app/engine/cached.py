@@ -55,7 +55,7 @@ def pending(
     """The mutating (`decide`) or validating (`validate`) decision for the group, looked up in the memo.
 
     `suspended`: the job waits for a queue manager; `in_flight`: per zone, the GPUs this replica holds
-    for other jobs it admitted that the snapshot does not show yet (`ledger.in_flight_totals`).
+    for other jobs it admitted that the snapshot does not show yet (`InFlight.totals`).
     """
     colocated = kind == "validate" and is_colocated(group, settings.zone_label)
     reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group),

@@ -182,24 +182,6 @@ def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
 
 
 ZoneTotals = Mapping[str, Mapping[str, int]]  # zone -> GPU resource -> GPUs
-
-
-def in_flight_totals(holds: Iterable[Hold], *, job: JobKey, stored: frozenset[JobKey] = frozenset()) -> ZoneTotals:
-    """Per zone, the GPUs `holds` keep for jobs other than `job` that are not stored yet.
-
-    This is what a decision counts of a replica's in-flight holds (engine.pending's `in_flight`);
-    http/inflight.py keeps the same totals incrementally, so a review does not pay per hold.
-    """
-    totals: dict[str, dict[str, int]] = {}
-    for hold in holds:
-        if hold.key == job or hold.key in stored:
-            continue
-        per = totals.setdefault(hold.zone, {})
-        for resource, count in hold.gpus.items():
-            per[resource] = per.get(resource, 0) + count
-    return freeze({z: freeze(per) for z, per in totals.items()})
-
-
 TotalsForm = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 
 
@@ -232,7 +214,8 @@ def reserved_for(
 ) -> Reserved:
     """What the decision for `job` counts as reserved.
 
-    `in_flight`: the replica's in-flight totals for other jobs not stored yet (`in_flight_totals`).
+    `in_flight`: per zone, the GPUs the replica's in-flight holds keep for other jobs not stored yet
+    (http/inflight.py `InFlight.totals`).
     Cost: the zones of the ledger and of the in-flight totals; independent of the stored jobs' and
     the holds' number.
     """

@@ -65,7 +65,8 @@ class InFlight:
             return tuple(h for _, h in self._holds.values())
 
     def totals(self, snapshot: Snapshot, *, job: ledger.JobKey) -> ledger.ZoneTotals:
-        """What a decision for `job` counts (`ledger.in_flight_totals` of the live holds), without a pass over them.
+        """What a decision for `job` counts: per zone, the GPUs the live holds keep for other jobs not stored
+        yet, without a pass over them.
 
         Cost: the zones, plus the holds that expired or that `snapshot` shows (each released once).
         """

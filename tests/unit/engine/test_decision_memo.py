@@ -21,6 +21,7 @@ from app.engine import ledger, memo
 from app.models.job import JobGroup
 from tests.builders import (
     GPU_TAINT,
+    in_flight_totals,
     make_cnp,
     make_group,
     make_intra_zone_cnp,
@@ -168,7 +169,7 @@ def test_jobs_of_one_shape_share_their_flow_verdicts_whatever_their_capacity(mon
     monkeypatch.setattr(policy, "check_flow", counting)
     first = engine.pending("decide", _torch("sweep-1"), snapshot, Settings()).result()
     judged = len(calls)
-    held = ledger.in_flight_totals([ledger.Hold("x", ("PyTorchJob", NS, "x"), first.zone or "", {"nvidia.com/gpu": 2})],
+    held = in_flight_totals([ledger.Hold("x", ("PyTorchJob", NS, "x"), first.zone or "", {"nvidia.com/gpu": 2})],
                                    job=("", "", ""))
     second = engine.pending("decide", _torch("sweep-2"), snapshot, Settings(), in_flight=held)
 

@@ -14,6 +14,7 @@ from app.engine import ledger
 from app.models.cluster import JobInfo, PodInfo
 from tests.builders import (
     GPU,
+    in_flight_totals,
     make_group,
     make_namespace,
     make_node,
@@ -157,7 +158,7 @@ def test_in_flight_holds(
     holds: list[ledger.Hold], stored: list[JobInfo], want_zone: str, want_reserved: dict[str, int]
 ) -> None:
     snapshot = three_zones(stored)
-    totals = ledger.in_flight_totals(holds, job=engine.job_key(newcomer()), stored=ledger.stored_jobs(snapshot))
+    totals = in_flight_totals(holds, job=engine.job_key(newcomer()), stored=ledger.stored_jobs(snapshot))
     decision = engine.pending("decide", newcomer(), snapshot, Settings(), in_flight=totals).result()
 
     assert decision.zone == want_zone
@@ -168,7 +169,7 @@ def test_the_memo_never_serves_a_decision_made_with_other_holds() -> None:
     snapshot = three_zones()
     group = newcomer()
     before = engine.pending("decide", group, snapshot, Settings()).result()
-    totals = ledger.in_flight_totals([in_flight("burst-1", "zone-a", 12)], job=engine.job_key(group))
+    totals = in_flight_totals([in_flight("burst-1", "zone-a", 12)], job=engine.job_key(group))
     held = engine.pending("decide", group, snapshot, Settings(), in_flight=totals)
     after = engine.pending("decide", group, snapshot, Settings())
 

@@ -15,7 +15,15 @@ from app.engine import ledger
 from app.http import admission
 from app.http.inflight import InFlight
 from app.models.cluster import Snapshot
-from tests.builders import GPU, make_namespace, make_node, make_pytorchjob, make_snapshot, make_template
+from tests.builders import (
+    GPU,
+    in_flight_totals,
+    make_namespace,
+    make_node,
+    make_pytorchjob,
+    make_snapshot,
+    make_template,
+)
 
 NS = "ml"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -140,7 +148,7 @@ def test_a_burst_spreads_over_the_zones_in_proportion_to_their_gpus() -> None:
 @given(st.lists(st.tuples(st.sampled_from(["hold", "tick", "store"]), st.integers(0, 5),
                           st.sampled_from(["zone-a", "zone-c"]), st.integers(0, 16)), max_size=40))
 def test_kept_totals_equal_the_totals_of_the_live_holds(steps: list[tuple[str, int, str, int]]) -> None:
-    # The incrementally kept totals are exactly ledger.in_flight_totals of the holds current() lists,
+    # The incrementally kept totals are exactly in_flight_totals of the holds current() lists,
     # whatever the order of holds, replacements, expiries and jobs appearing in the watch.
     clock = Clock()
     flight, snapshot = InFlight(clock=clock, ttl_seconds=60), cluster()
@@ -158,7 +166,7 @@ def test_kept_totals_equal_the_totals_of_the_live_holds(steps: list[tuple[str, i
             snapshot = cluster(stored)
         for mine in (key, ("PyTorchJob", NS, "nobody")):
             live = flight.current(snapshot)
-            want = ledger.in_flight_totals(live, job=mine, stored=ledger.stored_jobs(snapshot))
+            want = in_flight_totals(live, job=mine, stored=ledger.stored_jobs(snapshot))
             assert _nonzero(flight.totals(snapshot, job=mine)) == _nonzero(want)
 
 
@@ -174,8 +182,8 @@ def test_two_reviews_that_count_the_same_gpus_share_a_decision() -> None:
 
     snapshot = cluster()
     group = parse_job(job("newcomer"), gpu_resources=(GPU,), namespace=NS)
-    one = ledger.in_flight_totals([ledger.Hold("x", ("PyTorchJob", NS, "x"), "zone-a", {GPU: 8})], job=("", "", ""))
-    other = ledger.in_flight_totals([ledger.Hold("y", ("PyTorchJob", NS, "y"), "zone-a", {GPU: 8})], job=("", "", ""))
+    one = in_flight_totals([ledger.Hold("x", ("PyTorchJob", NS, "x"), "zone-a", {GPU: 8})], job=("", "", ""))
+    other = in_flight_totals([ledger.Hold("y", ("PyTorchJob", NS, "y"), "zone-a", {GPU: 8})], job=("", "", ""))
     first = engine.pending("decide", group, snapshot, Settings(), in_flight=one)
     first.result()
 
