@@ -18,6 +18,7 @@ and watches it like a real apiserver. Then:
    apiserver sends them; p50/p99 of the client-side latency; and staleness: a probe pod bound to the
    one node of a zone of its own is created through the watch, and /map is polled until that zone's
    free GPUs show it (the snapshot decisions read).
+4. `serve --cluster FILE` on the same cluster written as one JSON List: ready time, peak and steady RSS.
 
 Every figure is printed next to its target (issue "Scale"); a missed one says by how much.
 """
@@ -316,7 +317,49 @@ def main() -> int:
             server.join(timeout=10)
             if server.is_alive():
                 server.kill()
+        file_phase(world, tmp, argv, config, ctx)
     return 0
+
+
+def file_phase(world: world_mod.World, tmp: Path, live_argv: list[str], config: Path, ctx: ssl.SSLContext) -> None:
+    """4. `serve --cluster FILE`: the same cluster as one JSON List (as `kubectl get -o json` writes it):
+    ready time, and peak against steady RSS (the file is read item by item, so the peak stays near what
+    the snapshot keeps; the file keeps every pod, not only the GPU and training pods the watch keeps)."""
+    path = tmp / "cluster.json"
+    size = world_mod.write_list(world, path)
+    port = free_port()
+    config.write_text("mapAccess: off\naudit:\n  enabled: false\n")
+    at = live_argv.index("--kubeconfig")
+    argv = [*live_argv[:at], "--cluster", str(path), *live_argv[at + 2:]]
+    argv[argv.index("--port") + 1] = str(port)
+    log = tmp / "serve-file.log"
+    began = time.perf_counter()
+    proc = subprocess.Popen([*pinned(0), *argv], stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.perf_counter() - began > 300:
+                raise RuntimeError(f"topoguard --cluster did not become ready; log tail:\n{log.read_text()[-3000:]}")
+            time.sleep(0.05)
+        server = Server("topoguard", proc, port, time.perf_counter() - began)
+        cpu = cpu_seconds(proc.pid)
+        time.sleep(2.0)
+        rss, peak = server.rss_mib()
+        print(f"--cluster FILE ({size / 1e6:.0f} MB JSON List, every pod kept): ready after "
+              f"{server.ready_seconds:.1f} s ({cpu:.1f} s of CPU); RSS peak {peak:.0f} MiB, steady {rss:.0f} MiB "
+              f"(peak {peak / rss:.2f} x steady)")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        path.unlink()
 
 
 def put(pipe: Any, obj: dict[str, Any], *, event: str = "ADDED") -> None:

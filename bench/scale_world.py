@@ -403,17 +403,35 @@ class _Handler(BaseHTTPRequestHandler):
                 self.store.watchers[kind].remove(entry)
 
 
-def populate(store: Store, world: World) -> None:
+def objects(world: World) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every object of the world, by kind."""
     for i in range(world.namespaces):
-        store.put("Namespace", namespace(i))
+        yield "Namespace", namespace(i)
     for i in range(world.nodes):
-        store.put("Node", node(i))
+        yield "Node", node(i)
     for i in range(world.policies):
-        store.put("CiliumNetworkPolicy", policy(i, world.namespaces))
+        yield "CiliumNetworkPolicy", policy(i, world.namespaces)
     for i in range(world.jobs):
-        store.put("PyTorchJob", job(i, world.namespaces, world.pods_per_job))
+        yield "PyTorchJob", job(i, world.namespaces, world.pods_per_job)
     for i in range(world.pods):
-        store.put("Pod", pod(i, world))
+        yield "Pod", pod(i, world)
+
+
+def populate(store: Store, world: World) -> None:
+    for kind, obj in objects(world):
+        store.put(kind, obj)
+
+
+def write_list(world: World, path: Any) -> int:
+    """The world as `kubectl get ... -o json` writes it (one List, `items` before `kind`; each item with its
+    kind); the file's size in bytes."""
+    with open(path, "wb") as out:
+        out.write(b'{"apiVersion": "v1", "items": [')
+        for n, (kind, obj) in enumerate(objects(world)):
+            out.write(b"," if n else b"")
+            out.write(orjson.dumps({"kind": kind, **obj}))
+        out.write(b'], "kind": "List", "metadata": {"resourceVersion": ""}}')
+        return out.tell()
 
 
 def churn_events(world: World, rng: random.Random) -> Iterator[tuple[str, dict[str, Any]]]:
