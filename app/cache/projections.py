@@ -9,6 +9,7 @@ Projections never raise on odd shapes: missing or mistyped fields fall back to s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from app.config import Settings
@@ -39,8 +40,15 @@ DEFAULT_GPU_RESOURCES: tuple[str, ...] = Settings.model_fields["gpu_resources"].
 STANDARD_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
 def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # NB: parsed JSON is plain dicts: the exact-type test spares the ABC check (projecting a list page of
+    # pods makes about 13 of these calls a pod).
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    return _EMPTY
 
 
 def _list(value: Any) -> list[Any]:
@@ -73,6 +81,10 @@ def parse_count(value: Any) -> int:
     return 0 if count is None else count
 
 
+# Quantity suffixes read by `read_count`, the two-letter ones first ("Mi" before "M").
+_SUFFIXES = (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("k", 10**3), ("M", 10**6), ("G", 10**9))
+
+
 def read_count(value: Any) -> int | None:
     """`parse_count`, but None when `value` is no quantity at all (`"eight"`, a list), so it can be reported."""
     if isinstance(value, bool):
@@ -82,8 +94,9 @@ def read_count(value: Any) -> int | None:
     if not isinstance(value, str | float):
         return None
     text = str(value).strip()
-    multipliers = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-    for suffix, factor in sorted(multipliers.items(), key=lambda kv: -len(kv[0])):
+    if text.isdecimal() and text.isascii():
+        return int(text)  # what nearly every quantity of an extended resource is ("8")
+    for suffix, factor in _SUFFIXES:
         if text.endswith(suffix):
             text, mult = text[: -len(suffix)], factor
             break

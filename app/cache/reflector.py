@@ -10,6 +10,7 @@ through `failing_since` so the store can call itself stale. This module never bu
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import threading
@@ -69,10 +70,29 @@ def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield buffer
 
 
-def parse_json(data: bytes, what: str) -> dict[str, Any]:
-    """A JSON object from the API, or StreamError naming what was being read."""
+def parse_json(data: bytes, what: str, *, page: bool = False) -> dict[str, Any]:
+    """A JSON object from the API, or StreamError naming what was being read.
+
+    `page`: a list page, up to `list_page_size` whole objects held while they are projected. It is parsed
+    with the cyclic collector off and then taken out of its generations (gc.freeze): otherwise each young
+    collection during the parse and the projection scans the page's tens of thousands of containers again,
+    and, promoted, they count toward full collections of the whole cache (measured listing 150,000
+    kubelet-shaped pods: 229 -> 134 µs of CPU a pod). JSON holds no reference cycles, so reference counting
+    still frees the page once projected; the app's heap settling (app/http/app.py `settle_heap`) bounds
+    what a freeze can keep of other threads' cyclic garbage.
+    """
     try:
-        value = orjson.loads(data)
+        if page:
+            enabled = gc.isenabled()
+            gc.disable()
+            try:
+                value = orjson.loads(data)
+            finally:
+                if enabled:
+                    gc.enable()
+            gc.freeze()
+        else:
+            value = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise StreamError(f"{what}: not JSON: {e}") from e
     if not isinstance(value, dict):
@@ -301,7 +321,7 @@ class Reflector:
             )
             clean = False
             try:
-                body = parse_json(response.data, f"{self.resource.kind} list")
+                body = parse_json(response.data, f"{self.resource.kind} list", page=True)
                 clean = True
             finally:
                 self._finish(response, clean=clean)

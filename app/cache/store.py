@@ -34,8 +34,14 @@ class Store(Protocol):
         next to nothing (no per-kind detail)."""
         ...
 
+    def before_publish(self, callback: Callable[[Snapshot], None]) -> None:
+        """Call `callback(snapshot)` on every snapshot from now on before any reader can get it: what it
+        builds (the engine's indexes) is ready when the first review reads the snapshot, so no review
+        waits for a build. Register before the store starts; the current snapshot, if any, gets it now."""
+        ...
+
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
-        """Call `callback(snapshot)` for every snapshot published from now on (e.g. to pre-warm indexes)."""
+        """Call `callback(snapshot)` for every snapshot published from now on (after readers can get it)."""
         ...
 
 
@@ -53,6 +59,9 @@ class StaticStore:
 
     def healthy_snapshot(self) -> Snapshot | None:
         return self._snapshot
+
+    def before_publish(self, callback: Callable[[Snapshot], None]) -> None:
+        callback(self._snapshot)
 
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         callback(self._snapshot)

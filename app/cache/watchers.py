@@ -105,6 +105,7 @@ class WatchStore:
             for spec in specs
         ]
         self._threads: list[threading.Thread] = []
+        self._preparers: list[Callable[[Snapshot], None]] = []
         self._subscribers: list[Callable[[Snapshot], None]] = []
         self._publish_observers: list[Callable[[float], None]] = []
         self._snapshot: Snapshot | None = None  # swapped atomically; None until the first sync
@@ -151,6 +152,14 @@ class WatchStore:
         """Objects held per kind (for the `cache_objects{kind}` metric)."""
         with self._lock:
             return {r.resource.kind: len(r.cache.items) for r in self._reflectors}
+
+    def before_publish(self, callback: Callable[[Snapshot], None]) -> None:
+        """Call `callback(snapshot)` on every new snapshot before the swap makes it the one readers get
+        (see Store.before_publish); on the publisher thread, an exception logged like a subscriber's."""
+        self._preparers.append(callback)
+        current = self._snapshot
+        if current is not None:
+            self._notify(callback, current)
 
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         """Call `callback(snapshot)` for every snapshot published from now on.
@@ -218,6 +227,8 @@ class WatchStore:
             return
         started = time.perf_counter()
         snapshot = self._build()
+        for callback in list(self._preparers):
+            self._notify(callback, snapshot)
         self._snapshot = snapshot  # the atomic swap readers rely on
         self._published_at = time.monotonic()
         for callback in list(self._subscribers):

@@ -43,6 +43,7 @@ class ControlledStore:
     stale: bool = False
     detail: dict[str, str] = field(default_factory=lambda: {"Node": "listing", "CiliumNetworkPolicy": "listing"})
     subscribers: list[Callable[[Snapshot], None]] = field(default_factory=list)
+    preparers: list[Callable[[Snapshot], None]] = field(default_factory=list)
 
     def snapshot(self) -> Snapshot:
         return self.current
@@ -53,10 +54,15 @@ class ControlledStore:
     def healthy_snapshot(self) -> Snapshot | None:
         return self.current if self.synced and not self.stale else None
 
+    def before_publish(self, callback: Callable[[Snapshot], None]) -> None:
+        self.preparers.append(callback)
+
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         self.subscribers.append(callback)
 
     def publish(self, snapshot: Snapshot, *, detail: dict[str, str] | None = None) -> None:
+        for callback in self.preparers:
+            callback(snapshot)
         self.current = snapshot
         self.synced = True
         self.detail = detail or {k: "synced" for k in self.detail}

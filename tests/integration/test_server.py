@@ -216,6 +216,9 @@ class BrokenStore:
     def healthy_snapshot(self) -> Snapshot:
         raise RuntimeError("the cache exploded")
 
+    def before_publish(self, callback: Callable[[Snapshot], None]) -> None:
+        return None
+
     def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
         return None
 

@@ -315,6 +315,23 @@ def test_subscribers_get_new_snapshots_even_when_one_fails(api: FakeApiServer, t
     assert seen[0].nodes == () and seen[-1] is latest
 
 
+def test_before_publish_runs_on_each_snapshot_before_readers_can_get_it(api: FakeApiServer, tmp_path: Path) -> None:
+    """What the app builds there (the engine's indexes) is ready when the first review reads the snapshot."""
+    prepared: list[tuple[Snapshot, Snapshot | None]] = []  # (the new snapshot, what readers got meanwhile)
+    with running_store(api, tmp_path) as store:
+        store.before_publish(lambda snapshot: prepared.append((snapshot, store.snapshot())))
+        assert prepared[0][0] is store.snapshot()  # the current one, at once
+        published: list[Snapshot] = []
+        store.subscribe(published.append)
+        api.apply(make_node("gpu-a-1"))
+        wait_until(lambda: node_names(store.snapshot()) == ["gpu-a-1"], what="the node")
+        latest = store.snapshot()
+
+    new, seen_meanwhile = prepared[-1]
+    assert new is latest and seen_meanwhile is not latest  # readers still got the previous snapshot
+    assert [s for s, _ in prepared[1:]] == published[1:]  # every published snapshot was prepared first
+
+
 def test_requests_carry_token_bookmarks_selector_and_list_resource_version(
     api: FakeApiServer, tmp_path: Path
 ) -> None:

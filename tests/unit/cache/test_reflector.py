@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
@@ -68,6 +69,34 @@ def test_split_lines(chunks: list[bytes], want: list[bytes]) -> None:
 def test_parse_json_rejects_what_the_api_never_sends(data: bytes, message: str) -> None:
     with pytest.raises(StreamError, match=message):
         parse_json(data, "Node list")
+
+
+@pytest.mark.parametrize("page", [False, True])
+def test_parse_json_rejects_what_the_api_never_sends_whether_or_not_a_page(page: bool) -> None:
+    with pytest.raises(StreamError, match="Pod list: not JSON"):
+        parse_json(b'{"items": [{"a": ', "Pod list", page=page)
+    assert gc.isenabled()  # a page that fails to parse leaves the collector on
+
+
+def test_a_list_page_is_taken_out_of_the_collectors_generations_and_still_freed() -> None:
+    page = b'{"items": [' + b",".join(b'{"metadata": {"name": "p%d", "labels": {}}, "spec": {"c": [{}]}}' % i
+                                       for i in range(1_000)) + b"]}"
+    frozen = gc.get_freeze_count()
+    try:
+        value = parse_json(page, "Pod list", page=True)
+        assert gc.isenabled()
+        held = gc.get_freeze_count()
+        assert held >= frozen + 3 * 1_000  # the page's dicts and lists are not scanned
+        del value
+        assert gc.get_freeze_count() <= held - 3 * 1_000  # reference counting still frees them
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        parse_json(page, "Pod list", page=True)
+        assert not gc.isenabled()  # a collector turned off by the caller stays off
+    finally:
+        gc.enable()
 
 
 def node(name: str, *, rv: str = "1", zone: str = "a", kind: bool = True) -> dict[str, Any]:
