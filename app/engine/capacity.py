@@ -17,11 +17,12 @@ decision never walks the node or pod list:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, freeze
 from app.models.labels import HOSTNAME_LABEL
@@ -30,6 +31,7 @@ from app.models.pods import pod_index
 # A label key counts as per-node when it takes more distinct values than this floor and than half of
 # the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
 PER_NODE_MIN_DISTINCT_VALUES = 16
+T = TypeVar("T")
 
 
 # A node's GPUs as sorted (resource, count) pairs.
@@ -53,16 +55,18 @@ class NodeSlot:
     free: Mapping[str, int]  # per GPU resource the node offers (allocatable minus held, floored at 0)
     allocatable: Mapping[str, int] | None = None  # per GPU resource as if nothing ran (None: same as free)
 
-    @property
+    # NB: computed once a slot (slots are kept from one snapshot to the next, and pools read these for
+    # every node they sort and count).
+    @functools.cached_property
     def total_free(self) -> int:
         return sum(self.free.values())
 
-    @property
+    @functools.cached_property
     def shape(self) -> Shape:
         """The free GPUs as sorted (resource, count) pairs: what packing tells nodes apart by."""
         return tuple(sorted(self.free.items()))
 
-    @property
+    @functools.cached_property
     def total_shape(self) -> Shape:
         """The allocatable GPUs as sorted (resource, count) pairs."""
         return tuple(sorted((self.free if self.allocatable is None else self.allocatable).items()))
@@ -150,11 +154,33 @@ def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
 
 
 ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str, ...]]
-# What a node contributes to its class besides its free GPUs depends on the node alone (and the node set's
-# per-node keys), so it is kept by their identity from one snapshot to the next: a publish after a pod
-# change only counts each node's free GPUs again.
-_NODE_CLASSES: IdentityMemo[tuple[ClassKey, Mapping[str, int]]] = IdentityMemo(4096)
+# A node class in the making: its key and its nodes, each with the GPUs it offers (allocatable > 0).
+Group = tuple[ClassKey, tuple[tuple[NodeInfo, Mapping[str, int]], ...]]
+
+# The zone index is rebuilt only where its inputs changed, found by their identity from one snapshot to
+# the next (the watch cache reuses unchanged nodes, and the pod index an unchanged node's held GPUs):
+# - which nodes form which class depends on the nodes alone: regrouped only when a node changes;
+# - a class is rebuilt only when one of its nodes' held GPUs changed, and then reuses the slots of the
+#   nodes whose held GPUs did not.
+# Under pod churn a publish thus costs a lookup per node and the rebuild of the classes pods changed.
 _TARGETS: IdentityMemo[tuple[tuple[NodeInfo, ...], frozenset[str]]] = IdentityMemo(16)
+_GROUPS: IdentityMemo[tuple[Group, ...]] = IdentityMemo(16)
+_CLASSES: IdentityMemo[NodeClass] = IdentityMemo(256)
+_SLOTS: IdentityMemo[NodeSlot] = IdentityMemo(4096)
+
+
+_CANONICAL: dict[object, object] = {}  # the settings' values, one object each (memos key on identity)
+_CANONICAL_LOCK = threading.Lock()
+
+
+def _canonical(value: T) -> T:
+    """One object for all equal `value`s (a zone label, a tuple of GPU resources): a memo keyed by identity
+    then finds what an equal value built, whoever passes it. Settings take few distinct values."""
+    found = _CANONICAL.get(value)
+    if found is None:
+        with _CANONICAL_LOCK:
+            found = _CANONICAL.setdefault(value, value)
+    return found  # type: ignore[return-value]
 
 
 def _targets(nodes: tuple[NodeInfo, ...], zone_label: str) -> tuple[tuple[NodeInfo, ...], frozenset[str]]:
@@ -165,54 +191,59 @@ def _targets(nodes: tuple[NodeInfo, ...], zone_label: str) -> tuple[tuple[NodeIn
     return _TARGETS.get((nodes, zone_label), build)
 
 
-def _node_class(
-    node: NodeInfo, per_node: frozenset[str], gpu_resources: tuple[str, ...], zone_label: str
-) -> tuple[ClassKey, Mapping[str, int]]:
-    offered = {r: node.allocatable.get(r, 0) for r in gpu_resources if node.allocatable.get(r, 0) > 0}
-    shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
-    return (node.labels[zone_label], shared, node.taints, tuple(sorted(offered))), freeze(offered)
+def _group(
+    targets: tuple[NodeInfo, ...], per_node: frozenset[str], gpu_resources: tuple[str, ...], zone_label: str
+) -> tuple[Group, ...]:
+    """The targets by class key, in the order each key is first met."""
+    grouped: dict[ClassKey, list[tuple[NodeInfo, Mapping[str, int]]]] = defaultdict(list)
+    for node in targets:
+        offered = {r: node.allocatable.get(r, 0) for r in gpu_resources if node.allocatable.get(r, 0) > 0}
+        shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
+        key = (node.labels[zone_label], shared, node.taints, tuple(sorted(offered)))
+        grouped[key].append((node, freeze(offered)))
+    return tuple((key, tuple(members)) for key, members in grouped.items())
+
+
+def _slot(node: NodeInfo, offered: Mapping[str, int], used: Mapping[str, int] | None) -> NodeSlot:
+    free: Mapping[str, int] = freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()}) if used else offered
+    return NodeSlot(node.name, node.labels, free, offered)
+
+
+def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None, ...]) -> NodeClass:
+    (zone, shared, taints, offered_keys), members = group
+    slots = [
+        _SLOTS.get((node, offered, held), lambda n=node, o=offered, h=held: _slot(n, o, h))  # type: ignore[misc]
+        for (node, offered), held in zip(members, used, strict=True)
+    ]
+    pool = Pool.of(slots, owner=f"{zone}#{number}")
+    totals: dict[str, int] = defaultdict(int)
+    allocatable: dict[str, int] = defaultdict(int)
+    for slot in pool.nodes:
+        for r, n in slot.free.items():
+            totals[r] += n
+        for r, n in (slot.allocatable or {}).items():
+            allocatable[r] += n
+    return NodeClass(
+        zone, freeze(dict(shared)), taints, frozenset(offered_keys), pool.nodes, freeze(totals), pool,
+        freeze(allocatable),
+    )
 
 
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
+    zone_label, resources = _canonical(zone_label), _canonical(tuple(gpu_resources))
     targets, per_node = _targets(snapshot.nodes, zone_label)
-    _NODE_CLASSES.fit(len(targets))
+    groups = _GROUPS.get((targets, per_node, resources, zone_label),
+                         lambda: _group(targets, per_node, resources, zone_label))
+    _CLASSES.fit(len(groups))
+    _SLOTS.fit(len(targets))
     held = held_gpus(snapshot)
-    grouped: dict[ClassKey, list[NodeSlot]] = defaultdict(list)
-    resources = tuple(gpu_resources)
-    for node in targets:
-        key, offered = _NODE_CLASSES.get(
-            (node, per_node, resources, zone_label),
-            lambda node=node: _node_class(node, per_node, resources, zone_label),  # type: ignore[misc]
-        )
-        used = held.get(node.name)
-        free: Mapping[str, int] = (
-            freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()}) if used else offered
-        )
-        grouped[key].append(NodeSlot(node.name, node.labels, free, offered))
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
-    for number, ((zone, shared, taints, offered_keys), slots) in enumerate(grouped.items()):
-        pool = Pool.of(slots, owner=f"{zone}#{number}")
-        ordered = pool.nodes
-        totals: dict[str, int] = defaultdict(int)
-        allocatable: dict[str, int] = defaultdict(int)
-        for slot in ordered:
-            for r, n in slot.free.items():
-                totals[r] += n
-            for r, n in (slot.allocatable or {}).items():
-                allocatable[r] += n
-        by_zone[zone].append(
-            NodeClass(
-                zone,
-                freeze(dict(shared)),
-                taints,
-                frozenset(offered_keys),
-                ordered,
-                freeze(totals),
-                pool,
-                freeze(allocatable),
-            )
-        )
+    for number, group in enumerate(groups):
+        used = tuple(held.get(node.name) for node, _ in group[1])
+        by_zone[group[0][0]].append(_CLASSES.get(
+            (group, *used), lambda g=group, k=number, u=used: _node_class(g, k, u)  # type: ignore[misc]
+        ))
     classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)
 
