@@ -261,25 +261,16 @@ def main() -> int:
             print(f"publishes {n1 - n0:.0f}: mean {mean_ms:.1f} ms, p99 <= {p99_ms:.0f} ms: "
                   f"{verdict(mean_ms, TARGETS['publish_ms'], 'ms')} (mean)")
 
-            # 3. churn + reviews + staleness probes
+            # 3. reviews without churn (the baseline), then churn + reviews + staleness probes
             reviewer = Reviewer(port, ctx)
             reviewer.post(review_body(0, world.namespaces))  # connection set up, not timed
+            quiet, outcomes, n = reviews(reviewer, world, 1, phase / 2, opts.reviews_per_second)
+            print(f"reviews without churn: {len(quiet)} distinct jobs ({outcomes}); "
+                  f"p50 {statistics.median(quiet):.1f} ms, p99 {percentile(quiet, 0.99):.1f} ms")
             cmd_here.send(("churn", opts.rate, phase))
-            latencies: list[float] = []
-            outcomes: dict[str, int] = {}
-            n, started = 1, time.perf_counter()
-            gap = 1.0 / opts.reviews_per_second
-            while time.perf_counter() - started < phase - 0.5:
-                took_s, response = reviewer.post(review_body(n, world.namespaces))
-                latencies.append(took_s * 1000)
-                state = "patched" if response.get("patch") else ("allowed" if response.get("allowed") else "denied")
-                outcomes[state] = outcomes.get(state, 0) + 1
-                n += 1
-                time.sleep(max(gap - took_s, 0.0))
+            latencies, outcomes, n = reviews(reviewer, world, n, phase - 0.5, opts.reviews_per_second)
             cmd_here.recv()
-            latencies.sort()
-            p50 = statistics.median(latencies)
-            p99 = latencies[min(int(len(latencies) * 0.99), len(latencies) - 1)]
+            p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
             print(f"reviews during churn: {len(latencies)} distinct jobs ({outcomes}); p50 {p50:.1f} ms, "
                   f"p99 {p99:.1f} ms: {verdict(p99, TARGETS['review_p99_ms'], 'ms')}")
 
@@ -360,6 +351,26 @@ def file_phase(world: world_mod.World, tmp: Path, live_argv: list[str], config: 
         except subprocess.TimeoutExpired:
             proc.kill()
         path.unlink()
+
+
+def reviews(reviewer: Reviewer, world: world_mod.World, first: int, seconds: float,
+            per_second: float) -> tuple[list[float], dict[str, int], int]:
+    """Reviews of distinct jobs at `per_second` for `seconds`: sorted latencies (ms), outcomes, next number."""
+    latencies: list[float] = []
+    outcomes: dict[str, int] = {}
+    n, started, gap = first, time.perf_counter(), 1.0 / per_second
+    while time.perf_counter() - started < seconds:
+        took_s, response = reviewer.post(review_body(n, world.namespaces))
+        latencies.append(took_s * 1000)
+        state = "patched" if response.get("patch") else ("allowed" if response.get("allowed") else "denied")
+        outcomes[state] = outcomes.get(state, 0) + 1
+        n += 1
+        time.sleep(max(gap - took_s, 0.0))
+    return sorted(latencies), outcomes, n
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
 
 
 def put(pipe: Any, obj: dict[str, Any], *, event: str = "ADDED") -> None:

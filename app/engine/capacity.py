@@ -22,16 +22,15 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Literal
 
-from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, freeze
+from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, canonical, freeze
 from app.models.labels import HOSTNAME_LABEL
 from app.models.pods import pod_index
 
 # A label key counts as per-node when it takes more distinct values than this floor and than half of
 # the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
 PER_NODE_MIN_DISTINCT_VALUES = 16
-T = TypeVar("T")
 
 
 # A node's GPUs as sorted (resource, count) pairs.
@@ -169,20 +168,6 @@ _CLASSES: IdentityMemo[NodeClass] = IdentityMemo(256)
 _SLOTS: IdentityMemo[NodeSlot] = IdentityMemo(4096)
 
 
-_CANONICAL: dict[object, object] = {}  # the settings' values, one object each (memos key on identity)
-_CANONICAL_LOCK = threading.Lock()
-
-
-def _canonical(value: T) -> T:
-    """One object for all equal `value`s (a zone label, a tuple of GPU resources): a memo keyed by identity
-    then finds what an equal value built, whoever passes it. Settings take few distinct values."""
-    found = _CANONICAL.get(value)
-    if found is None:
-        with _CANONICAL_LOCK:
-            found = _CANONICAL.setdefault(value, value)
-    return found  # type: ignore[return-value]
-
-
 def _targets(nodes: tuple[NodeInfo, ...], zone_label: str) -> tuple[tuple[NodeInfo, ...], frozenset[str]]:
     """The placement targets (Ready, schedulable, zoned nodes) and their per-node label keys."""
     def build() -> tuple[tuple[NodeInfo, ...], frozenset[str]]:
@@ -231,7 +216,7 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
 
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
-    zone_label, resources = _canonical(zone_label), _canonical(tuple(gpu_resources))
+    zone_label, resources = canonical(zone_label), canonical(tuple(gpu_resources))
     targets, per_node = _targets(snapshot.nodes, zone_label)
     groups = _GROUPS.get((targets, per_node, resources, zone_label),
                          lambda: _group(targets, per_node, resources, zone_label))

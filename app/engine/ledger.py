@@ -22,13 +22,14 @@ a value: their number is bounded by the in-flight window, never by the jobs in t
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from app.models import pods as pods_model
-from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, freeze
+from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, canonical, freeze
 from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
@@ -105,11 +106,18 @@ def _match(job: JobInfo, by_label: tuple[PodInfo, ...], by_owner: tuple[PodInfo,
     return JobPods(pods, freeze(bound))
 
 
+def _groups_of(
+    job: JobInfo, groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
+) -> tuple[tuple[PodInfo, ...], tuple[PodInfo, ...]]:
+    """The job's pod groups: by its operator's job-name label, and by controller owner."""
+    return (groups.get((job.namespace, job.pod_label, job.name), ()),
+            groups.get((job.namespace, OWNER_PREFIX + job.kind, job.name), ()))
+
+
 def matched(job: JobInfo, groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]) -> JobPods:
     """The job's pods (see the module docstring) from the pods' groups (`PodIndex.groups`); a pod matched
     both by label and by owner counts once."""
-    by_label = groups.get((job.namespace, job.pod_label, job.name), ())
-    by_owner = groups.get((job.namespace, OWNER_PREFIX + job.kind, job.name), ())
+    by_label, by_owner = _groups_of(job, groups)
     return _MATCHED.get((job, by_label, by_owner), lambda: _match(job, by_label, by_owner))
 
 
@@ -146,15 +154,16 @@ def build_ledger(
     """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
     holding = [j for j in snapshot.jobs if reserves(j)]
     groups = pods_model.pod_index(snapshot).groups
+    resources = canonical(tuple(gpu_resources))
     _MATCHED.fit(len(snapshot.jobs))
+    _HOLDS.fit(len(holding))
     holds: list[Hold] = []
     for job in holding:
-        bound = matched(job, groups).bound
-        left = {r: job.demand.get(r, 0) - bound.get(r, 0) for r in gpu_resources}
-        left = {r: n for r, n in left.items() if n > 0}
-        if left:
-            key = (job.kind, job.namespace, job.name)
-            holds.append(Hold(job.ref, key, job.zone, freeze(left), created=job.created))
+        by_label, by_owner = _groups_of(job, groups)
+        hold = _HOLDS.get((job, by_label, by_owner, resources),
+                          functools.partial(_hold, job, by_label, by_owner, resources))
+        if hold is not None:
+            holds.append(hold)
     holds.sort(key=lambda h: (h.zone, h.job))
     by_zone: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for hold in holds:
@@ -166,6 +175,22 @@ def build_ledger(
         by_job=MappingProxyType({h.key: h for h in holds}),
         stored=frozenset((j.kind, j.namespace, j.name) for j in snapshot.jobs) if stored is None else stored,
     )
+
+
+# A stored job's hold reads the job and its two pod groups alone: kept by their identity, so a publish
+# after pod churn recomputes only the holds of the jobs whose pods changed.
+_HOLDS: IdentityMemo[Hold | None] = IdentityMemo(4096)
+
+
+def _hold(job: JobInfo, by_label: tuple[PodInfo, ...], by_owner: tuple[PodInfo, ...],
+          gpu_resources: tuple[str, ...]) -> Hold | None:
+    """What the job still reserves: its demand less its bound pods' GPUs (None: nothing left)."""
+    bound = _MATCHED.get((job, by_label, by_owner), lambda: _match(job, by_label, by_owner)).bound
+    left = {r: job.demand.get(r, 0) - bound.get(r, 0) for r in gpu_resources}
+    left = {r: n for r, n in left.items() if n > 0}
+    if not left:
+        return None
+    return Hold(job.ref, (job.kind, job.namespace, job.name), job.zone, freeze(left), created=job.created)
 
 
 def stored_jobs(snapshot: Snapshot) -> frozenset[JobKey]:

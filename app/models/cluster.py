@@ -64,6 +64,20 @@ class BoundedMemo(Generic[K, V]):
         return len(self._entries)
 
 
+_CANONICAL: dict[object, object] = {}
+_CANONICAL_LOCK = threading.Lock()
+
+
+def canonical(value: V) -> V:
+    """One object for all equal `value`s (a zone label, a tuple of GPU resources): an IdentityMemo keyed on
+    it then finds what an equal value built, whoever passes it. For settings' values (few distinct ones)."""
+    found = _CANONICAL.get(value)
+    if found is None:
+        with _CANONICAL_LOCK:
+            found = _CANONICAL.setdefault(value, value)
+    return found  # type: ignore[return-value]
+
+
 class IdentityMemo(Generic[V]):
     """Values derived from immutable inputs, kept from one snapshot to the next: found by the identity of
     the inputs (the watch cache reuses an unchanged object, so an unchanged node or job finds its value

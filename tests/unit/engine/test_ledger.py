@@ -6,12 +6,15 @@ import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app import engine
 from app.cache import projections
 from app.config import Settings
 from app.engine import ledger
-from app.models.cluster import JobInfo, PodInfo
+from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot
+from app.models.pods import PodIndexBuilder
 from tests.builders import (
     GPU,
     in_flight_totals,
@@ -187,3 +190,37 @@ def test_reserved_for_costs_the_zones_not_the_jobs() -> None:
 
     assert view.by_zone is built.by_zone  # shared, not copied per review
     assert view.in_zone("zone-a", (GPU,)) == 5000
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["add", "remove", "bind"]), st.integers(0, 2), st.integers(0, 3)),
+                min_size=1, max_size=15))
+def test_after_pod_changes_the_ledger_is_the_one_built_from_scratch(
+    monkeypatch: pytest.MonkeyPatch, steps: list[tuple[str, int, int]]
+) -> None:
+    """Holds are kept by the identity of the job and its pod groups (`_HOLDS`) from one snapshot to the
+    next, as the watch cache makes them (the pod index kept one pod at a time)."""
+    jobs = tuple(pytorchjob(f"j{k}", workers=3, zone=("zone-a", "zone-b", None)[k]) for k in range(3))
+    builder = PodIndexBuilder()
+    pods: dict[str, PodInfo] = {}
+    for what, k, i in steps:
+        name = f"j{k}-worker-{i}"
+        if name in pods and what in ("remove", "bind"):
+            builder.remove(pods.pop(name))
+        if what == "add":
+            pod = job_pod(f"j{k}", i, node="")  # pending: holds nothing yet
+        elif what == "bind":
+            pod = job_pod(f"j{k}", i)
+        else:
+            continue
+        if name in pods:
+            builder.remove(pods.pop(name))
+        pods[name] = pod
+        builder.add(pod)
+        snapshot = Snapshot(jobs=jobs, pod_index=builder.freeze())
+        kept = ledger.build_ledger(snapshot, gpu_resources=(GPU,))
+        with monkeypatch.context() as m:
+            m.setattr(ledger, "_HOLDS", IdentityMemo(16))
+            m.setattr(ledger, "_MATCHED", IdentityMemo(16))
+            fresh = ledger.build_ledger(snapshot, gpu_resources=(GPU,))
+        assert (kept.holds, kept.by_zone) == (fresh.holds, fresh.by_zone)
