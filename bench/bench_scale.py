@@ -174,7 +174,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.0, help="length of each churn phase (default 8, full 20)")
     parser.add_argument("--reviews-per-second", type=float, default=10.0)
     parser.add_argument("--py-spy", metavar="PATH",
-                        help="record the churn-only phase with this py-spy (to ./scale-churn.txt)")
+                        help="record the start (to ./scale-ready.txt) and the churn-only phase (./scale-churn.txt) "
+                             "with this py-spy")
     opts = parser.parse_args()
     world = world_mod.World() if opts.full else world_mod.World().scaled(0.1)
     phase = opts.seconds or (20.0 if opts.full else 8.0)
@@ -218,6 +219,9 @@ def main() -> int:
                 "--tls-key", str(key), "--host", "127.0.0.1", "--port", str(port), "--config", str(config)]
         began = time.perf_counter()
         proc = subprocess.Popen([*pinned(0), *argv], stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+        ready_spy = subprocess.Popen([opts.py_spy, "record", "--nonblocking", "-p", str(proc.pid), "-r", "100",
+                                      "--format", "raw", "-o", "scale-ready.txt"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if opts.py_spy else None
         topoguard: Server | None = None
         try:
             while True:
@@ -231,6 +235,9 @@ def main() -> int:
                     raise RuntimeError(f"topoguard did not become ready; log tail:\n{log.read_text()[-3000:]}")
                 time.sleep(0.05)
             topoguard = Server("topoguard", proc, port, time.perf_counter() - began)
+            if ready_spy is not None:
+                ready_spy.send_signal(2)  # SIGINT: py-spy writes what it recorded
+                ready_spy.wait()
             ready_s, ready_cpu = topoguard.ready_seconds, cpu_seconds(proc.pid)
             time.sleep(3.0)
             rss, peak = topoguard.rss_mib()
@@ -242,7 +249,8 @@ def main() -> int:
             hist = "topoguard_snapshot_publish_seconds"
             before, sum0, n0 = metric_histogram(port, ctx, hist)
             cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
-            spy = subprocess.Popen([opts.py_spy, "record", "-p", str(proc.pid), "-d", str(int(phase)), "-r", "200",
+            spy = subprocess.Popen([opts.py_spy, "record", "--nonblocking", "-p", str(proc.pid), "-d", str(int(phase)),
+                                    "-r", "200",
                                     "--format", "raw", "-o", "scale-churn.txt"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if opts.py_spy else None
             cmd_here.send(("churn", opts.rate, phase))

@@ -17,7 +17,10 @@ decision never walks the node or pod list:
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import functools
+import operator
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,13 +74,15 @@ class NodeSlot:
         return tuple(sorted((self.free if self.allocatable is None else self.allocatable).items()))
 
 
+def _slot_order(slot: NodeSlot) -> tuple[int, str]:
+    return (-slot.total_free, slot.name)
+
+
 @dataclass(frozen=True)
 class Pool:
-    """Nodes a pod may use, most free GPUs first, with their negated free counts for bisection."""
+    """Nodes a pod may use, most free GPUs first (then by name)."""
 
     nodes: tuple[NodeSlot, ...]
-    order: tuple[int, ...]  # -total_free of each node: ascending, so bisect finds the nodes with room
-    positions: Mapping[str, int]  # node name -> index in `nodes`
     # The node class the nodes come from: pools of different owners share no node ("" for pools
     # built without one, which packing compares node by node).
     owner: str = ""
@@ -86,15 +91,21 @@ class Pool:
 
     @classmethod
     def of(cls, nodes: Sequence[NodeSlot], *, owner: str = "") -> Pool:
-        ordered = tuple(sorted(nodes, key=lambda s: (-s.total_free, s.name)))
-        return cls(
-            ordered,
-            tuple(-s.total_free for s in ordered),
-            freeze({s.name: i for i, s in enumerate(ordered)}),
-            owner,
-            _histogram(s.shape for s in ordered),
-            _histogram(s.total_shape for s in ordered),
-        )
+        ordered = tuple(sorted(nodes, key=_slot_order))
+        return cls(ordered, owner, _histogram(s.shape for s in ordered), _histogram(s.total_shape for s in ordered))
+
+    def replaced(self, changes: Sequence[tuple[NodeSlot, NodeSlot]]) -> Pool:
+        """This pool with each (old, new) slot of the same node and allocatable GPUs swapped: what `of` gives
+        over the new slots, at the cost of the changes (bisection), not of the pool's size."""
+        nodes = list(self.nodes)
+        counted = dict(self.free_shapes)
+        for old, new in changes:
+            del nodes[bisect.bisect_left(nodes, _slot_order(old), key=_slot_order)]
+            nodes.insert(bisect.bisect_left(nodes, _slot_order(new), key=_slot_order), new)
+            counted[old.shape] -= 1
+            counted[new.shape] = counted.get(new.shape, 0) + 1
+        free_shapes = tuple(sorted((shape, n) for shape, n in counted.items() if n))
+        return Pool(tuple(nodes), self.owner, free_shapes, self.total_shapes)
 
     def shapes(self, basis: Basis) -> tuple[tuple[Shape, int], ...]:
         """(shape, node count) of the pool's nodes, by free or by allocatable GPUs."""
@@ -159,13 +170,15 @@ Group = tuple[ClassKey, tuple[tuple[NodeInfo, Mapping[str, int]], ...]]
 # The zone index is rebuilt only where its inputs changed, found by their identity from one snapshot to
 # the next (the watch cache reuses unchanged nodes, and the pod index an unchanged node's held GPUs):
 # - which nodes form which class depends on the nodes alone: regrouped only when a node changes;
-# - a class is rebuilt only when one of its nodes' held GPUs changed, and then reuses the slots of the
-#   nodes whose held GPUs did not.
-# Under pod churn a publish thus costs a lookup per node and the rebuild of the classes pods changed.
+# - a class whose nodes' held GPUs did not change is the previous snapshot's; one where some did is the
+#   previous one with those nodes' slots replaced (`Pool.replaced`), at the cost of the changed nodes.
+# Under pod churn a publish thus costs an identity test per node and the changes, not a rebuild.
 _TARGETS: IdentityMemo[tuple[tuple[NodeInfo, ...], frozenset[str]]] = IdentityMemo(16)
 _GROUPS: IdentityMemo[tuple[Group, ...]] = IdentityMemo(16)
-_CLASSES: IdentityMemo[NodeClass] = IdentityMemo(256)
-_SLOTS: IdentityMemo[NodeSlot] = IdentityMemo(4096)
+# Per group: [(its nodes' held GPUs, their slots in the group's order, the class)] as last built.
+_CLASS_STATE: IdentityMemo[list[tuple[tuple[Mapping[str, int] | None, ...], tuple[NodeSlot, ...], NodeClass]]] = (
+    IdentityMemo(256)
+)
 
 
 def _targets(nodes: tuple[NodeInfo, ...], zone_label: str) -> tuple[tuple[NodeInfo, ...], frozenset[str]]:
@@ -195,23 +208,40 @@ def _slot(node: NodeInfo, offered: Mapping[str, int], used: Mapping[str, int] | 
 
 
 def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None, ...]) -> NodeClass:
+    """The group's class with these held GPUs: the previous one if they are the same, else patched or built."""
+    state = _CLASS_STATE.get((group,), lambda: [])
+    last = state[0] if state else None  # NB: read once; another thread may replace it meanwhile
     (zone, shared, taints, offered_keys), members = group
-    slots = [
-        _SLOTS.get((node, offered, held), lambda n=node, o=offered, h=held: _slot(n, o, h))  # type: ignore[misc]
-        for (node, offered), held in zip(members, used, strict=True)
-    ]
-    pool = Pool.of(slots, owner=f"{zone}#{number}")
-    totals: dict[str, int] = defaultdict(int)
-    allocatable: dict[str, int] = defaultdict(int)
-    for slot in pool.nodes:
-        for r, n in slot.free.items():
-            totals[r] += n
-        for r, n in (slot.allocatable or {}).items():
-            allocatable[r] += n
-    return NodeClass(
-        zone, freeze(dict(shared)), taints, frozenset(offered_keys), pool.nodes, freeze(totals), pool,
-        freeze(allocatable),
-    )
+    if last is not None:
+        last_used, last_slots, last_class = last
+        if all(map(operator.is_, last_used, used)):
+            return last_class
+        slots = list(last_slots)
+        changes = []
+        for i in [i for i, (a, b) in enumerate(zip(last_used, used, strict=True)) if a is not b]:
+            node, offered = members[i]
+            slots[i] = _slot(node, offered, used[i])
+            changes.append((last_slots[i], slots[i]))
+        pool = last_class.pool.replaced(changes)
+        totals = dict(last_class.free)
+        for old, new in changes:  # every slot of a class offers the same resources (its key)
+            for r, n in new.free.items():
+                totals[r] += n - old.free[r]
+        made = dataclasses.replace(last_class, nodes=pool.nodes, free=freeze(totals), pool=pool)
+    else:
+        slots = [_slot(node, offered, held) for (node, offered), held in zip(members, used, strict=True)]
+        pool = Pool.of(slots, owner=f"{zone}#{number}")
+        free: dict[str, int] = dict.fromkeys(offered_keys, 0)
+        allocatable: dict[str, int] = dict.fromkeys(offered_keys, 0)
+        for slot in pool.nodes:
+            for r, n in slot.free.items():
+                free[r] += n
+            for r, n in (slot.allocatable or {}).items():
+                allocatable[r] += n
+        made = NodeClass(zone, freeze(dict(shared)), taints, frozenset(offered_keys), pool.nodes, freeze(free), pool,
+                         freeze(allocatable))
+    state[:] = [(used, tuple(slots), made)]
+    return made
 
 
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
@@ -220,15 +250,12 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
     targets, per_node = _targets(snapshot.nodes, zone_label)
     groups = _GROUPS.get((targets, per_node, resources, zone_label),
                          lambda: _group(targets, per_node, resources, zone_label))
-    _CLASSES.fit(len(groups))
-    _SLOTS.fit(len(targets))
+    _CLASS_STATE.fit(len(groups))
     held = held_gpus(snapshot)
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
     for number, group in enumerate(groups):
         used = tuple(held.get(node.name) for node, _ in group[1])
-        by_zone[group[0][0]].append(_CLASSES.get(
-            (group, *used), lambda g=group, k=number, u=used: _node_class(g, k, u)  # type: ignore[misc]
-        ))
+        by_zone[group[0][0]].append(_node_class(group, number, used))
     classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)
 

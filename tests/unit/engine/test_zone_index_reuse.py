@@ -1,5 +1,5 @@
-"""The zone index is rebuilt only where its inputs changed (app/engine/capacity.py `_GROUPS`, `_CLASSES`,
-`_SLOTS`): after any sequence of pod and node changes, as the watch cache makes them (unchanged objects
+"""The zone index is rebuilt only where its inputs changed (app/engine/capacity.py `_GROUPS`,
+`_CLASS_STATE`): after any sequence of pod and node changes, as the watch cache makes them (unchanged objects
 reused, the pod index kept one pod at a time), it is the index built from scratch, and what no change
 touched is the very object of the previous snapshot."""
 
@@ -25,7 +25,7 @@ def described(index: capacity.ZoneIndex) -> Any:
     """Everything a reader of the index sees, as plain values."""
     return (index.zones, index.per_node_keys, {
         zone: [(c.zone, dict(c.labels), c.taints, c.gpu_resources, dict(c.free), dict(c.allocatable), c.pool.owner,
-                [(s.name, dict(s.free), dict(s.allocatable or {})) for s in c.nodes], c.pool.order,
+                [(s.name, dict(s.free), dict(s.allocatable or {})) for s in c.nodes], c.pool.nodes == c.nodes,
                 c.pool.free_shapes, c.pool.total_shapes)
                for c in index.classes_in(zone)]
         for zone in index.zones
@@ -34,7 +34,7 @@ def described(index: capacity.ZoneIndex) -> Any:
 
 def from_scratch(snapshot: Snapshot, monkeypatch: pytest.MonkeyPatch) -> capacity.ZoneIndex:
     with monkeypatch.context() as m:
-        for name in ("_TARGETS", "_GROUPS", "_CLASSES", "_SLOTS"):
+        for name in ("_TARGETS", "_GROUPS", "_CLASS_STATE"):
             m.setattr(capacity, name, IdentityMemo(16))
         return capacity.build_zone_index(snapshot, zone_label=ZONE, gpu_resources=(GPU,))
 
