@@ -15,12 +15,14 @@ Not here: what a snapshot means (app.models.cluster), how objects are projected 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client, config
@@ -33,6 +35,8 @@ from app.cache.store import SyncStatus
 from app.config import Settings
 from app.models.cluster import NetworkMemo, Snapshot
 from app.models.pods import PodIndex
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +115,8 @@ class WatchStore:
         self._snapshot: Snapshot | None = None  # swapped atomically; None until the first sync
         self._revision = 0
         self._built: dict[str, tuple[KindCache, int, tuple[Any, ...]]] = {}  # kind -> (cache, generation, values)
+        # Snapshot fields made of several kinds (or remapped), by kinds: (their tuples, the value); `_combine`.
+        self._combined: dict[tuple[str, ...], tuple[tuple[tuple[Any, ...], ...], Any]] = {}
         self._published_at = time.monotonic()
         self._absent: tuple[str, ...] = ()  # the absent kinds of the last snapshot built
         self._last_publish_seconds = 0.0
@@ -269,19 +275,19 @@ class WatchStore:
         images: tuple[Any, ...] = held.get("DaemonSet", ())
         self._revision += 1
         network = self._network_memo(set(copied), absent, pods)
+        combine = functools.partial(self._combine, held)
         return Snapshot(
             nodes=held["Node"],
-            namespaces=MappingProxyType({v.name: v for v in held["Namespace"]}),
+            namespaces=combine(("Namespace",), lambda parts: MappingProxyType({v.name: v for v in parts[0]})),
             pods=held["Pod"],
-            policies=tuple(p for kind in POLICY_KINDS for p in held.get(kind, ())),
-            cidr_groups=MappingProxyType({v.name: v for v in held["CiliumCIDRGroup"]}),
+            policies=combine(POLICY_KINDS, lambda parts: tuple(p for part in parts for p in part)),
+            cidr_groups=combine(("CiliumCIDRGroup",), lambda parts: MappingProxyType({v.name: v for v in parts[0]})),
             revision=f"watch-{self._revision}",
             # A cluster without Kubeflow Trainer has no runtime CRDs; no verdict depends on them.
             missing_kinds=tuple(kind for kind in absent if kind not in UNNEEDED_WHEN_ABSENT),
-            training_runtimes=MappingProxyType(
-                {(v.kind, v.namespace, v.name): v for kind in RUNTIME_KINDS for v in held.get(kind, ())}
-            ),
-            jobs=tuple(job for kind in resources.JOB_KINDS for job in held.get(kind, ())),
+            training_runtimes=combine(RUNTIME_KINDS, lambda parts: MappingProxyType(
+                {(v.kind, v.namespace, v.name): v for part in parts for v in part})),
+            jobs=combine(resources.JOB_KINDS, lambda parts: tuple(job for part in parts for job in part)),
             network_memo=network,
             pod_index=pods,
             # The field selectors hold at most one of each (ciliumConfig; None/"" when not read or absent).
@@ -289,6 +295,18 @@ class WatchStore:
             cilium_config_labels=config_maps[0].labels if config_maps else MappingProxyType({}),
             cilium_image=images[0] if images else "",
         )
+
+    def _combine(self, held: dict[str, tuple[Any, ...]], kinds: tuple[str, ...],
+                 make: Callable[[tuple[tuple[Any, ...], ...]], T]) -> T:
+        """`make` over the kinds' tuples; the previous snapshot's value when none of them changed, so that
+        values derived from it by identity (engine.ledger's stored jobs, say) carry over too."""
+        parts = tuple(held.get(kind, ()) for kind in kinds)
+        last = self._combined.get(kinds)
+        if last is not None and all(map(operator.is_, last[0], parts)):
+            return last[1]  # type: ignore[no-any-return]
+        value = make(parts)
+        self._combined[kinds] = (parts, value)
+        return value
 
     def _network_memo(self, changed: set[str], absent: tuple[str, ...], pods: PodIndex) -> NetworkMemo:
         """The previous snapshot's network memo when this one's network inputs are the same, else a new one.

@@ -152,7 +152,7 @@ def build_ledger(
     snapshot: Snapshot, *, gpu_resources: Sequence[str], stored: frozenset[JobKey] | None = None
 ) -> Ledger:
     """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
-    holding = [j for j in snapshot.jobs if reserves(j)]
+    holding = _stored(snapshot.jobs)[1]
     groups = pods_model.pod_index(snapshot).groups
     resources = canonical(tuple(gpu_resources))
     _MATCHED.fit(len(snapshot.jobs))
@@ -193,11 +193,19 @@ def _hold(job: JobInfo, by_label: tuple[PodInfo, ...], by_owner: tuple[PodInfo, 
     return Hold(job.ref, (job.kind, job.namespace, job.name), job.zone, freeze(left), created=job.created)
 
 
+# What reads the stored jobs alone, by the identity of the snapshot's jobs (the watch cache reuses the tuple
+# while no job changes): the keys of every stored job, and the jobs that hold a reservation.
+_STORED: IdentityMemo[tuple[frozenset[JobKey], tuple[JobInfo, ...]]] = IdentityMemo(8)
+
+
+def _stored(jobs: tuple[JobInfo, ...]) -> tuple[frozenset[JobKey], tuple[JobInfo, ...]]:
+    return _STORED.get((jobs,), lambda: (frozenset((j.kind, j.namespace, j.name) for j in jobs),
+                                         tuple(j for j in jobs if reserves(j))))
+
+
 def stored_jobs(snapshot: Snapshot) -> frozenset[JobKey]:
-    """Every job the snapshot stores, by (kind, namespace, name); built once per snapshot."""
-    return snapshot.memo(
-        f"{LEDGER_MEMO_KEY}/stored", lambda s: frozenset((j.kind, j.namespace, j.name) for j in s.jobs)
-    )
+    """Every job the snapshot stores, by (kind, namespace, name)."""
+    return _stored(snapshot.jobs)[0]
 
 
 def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:

@@ -292,6 +292,9 @@ def test_old_snapshots_never_change(api: FakeApiServer, tmp_path: Path) -> None:
     assert (node_names(before), node_names(after)) == (names_before, ["gpu-b-1"])
     assert before.revision != after.revision
     assert after.pods is before.pods  # kinds that did not change are shared, not copied
+    # and so are the fields made of several kinds (values kept by their identity carry over)
+    assert (after.policies, after.namespaces, after.jobs) == (before.policies, before.namespaces, before.jobs)
+    assert after.policies is before.policies and after.namespaces is before.namespaces and after.jobs is before.jobs
     assert isinstance(before.namespaces, MappingProxyType) and isinstance(before.nodes, tuple)
     with pytest.raises(TypeError):
         before.namespaces["x"] = before.namespaces["train"]  # type: ignore[index]
