@@ -224,16 +224,7 @@ def main() -> int:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if opts.py_spy else None
         topoguard: Server | None = None
         try:
-            while True:
-                try:
-                    with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=5) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.perf_counter() - began > 300:
-                    raise RuntimeError(f"topoguard did not become ready; log tail:\n{log.read_text()[-3000:]}")
-                time.sleep(0.05)
+            wait_ready(proc, port, ctx, log, began)
             topoguard = Server("topoguard", proc, port, time.perf_counter() - began)
             if ready_spy is not None:
                 ready_spy.send_signal(2)  # SIGINT: py-spy writes what it recorded
@@ -320,6 +311,20 @@ def main() -> int:
     return 0
 
 
+def wait_ready(proc: subprocess.Popen[bytes], port: int, ctx: ssl.SSLContext, log: Path, began: float) -> None:
+    """Poll /readyz until it answers 200 (at most 300 s from `began`; the log's tail if the server fails)."""
+    while True:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.perf_counter() - began > 300:
+            raise RuntimeError(f"topoguard did not become ready; log tail:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+
+
 def file_phase(world: world_mod.World, tmp: Path, live_argv: list[str], config: Path, ctx: ssl.SSLContext) -> None:
     """4. `serve --cluster FILE`: the same cluster as one JSON List (as `kubectl get -o json` writes it):
     ready time, and peak against steady RSS (the file is read item by item, so the peak stays near what
@@ -335,16 +340,7 @@ def file_phase(world: world_mod.World, tmp: Path, live_argv: list[str], config: 
     began = time.perf_counter()
     proc = subprocess.Popen([*pinned(0), *argv], stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.perf_counter() - began > 300:
-                raise RuntimeError(f"topoguard --cluster did not become ready; log tail:\n{log.read_text()[-3000:]}")
-            time.sleep(0.05)
+        wait_ready(proc, port, ctx, log, began)
         server = Server("topoguard", proc, port, time.perf_counter() - began)
         cpu = cpu_seconds(proc.pid)
         time.sleep(2.0)

@@ -70,6 +70,9 @@ def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield buffer
 
 
+_PAGE_PARSE_LOCK = threading.Lock()
+
+
 def parse_json(data: bytes, what: str, *, page: bool = False) -> dict[str, Any]:
     """A JSON object from the API, or StreamError naming what was being read.
 
@@ -83,13 +86,16 @@ def parse_json(data: bytes, what: str, *, page: bool = False) -> dict[str, Any]:
     """
     try:
         if page:
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
-                value = orjson.loads(data)
-            finally:
-                if enabled:
-                    gc.enable()
+            # NB: under a lock: two reflectors interleaving isenabled/disable/enable could leave the
+            # collector off for good (orjson holds the GIL while it parses, so this serialises nothing more).
+            with _PAGE_PARSE_LOCK:
+                enabled = gc.isenabled()
+                gc.disable()
+                try:
+                    value = orjson.loads(data)
+                finally:
+                    if enabled:
+                        gc.enable()
             gc.freeze()
         else:
             value = orjson.loads(data)
