@@ -298,17 +298,22 @@ def main() -> int:
             rss, peak = topoguard.rss_mib()
             print(f"RSS after churn {rss:.0f} MiB, peak {peak:.0f} MiB")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
             cmd_here.send(("stop",))
             server.join(timeout=10)
             if server.is_alive():
                 server.kill()
         file_phase(world, tmp, argv, config, ctx)
     return 0
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL if the server is not gone within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def wait_ready(proc: subprocess.Popen[bytes], port: int, ctx: ssl.SSLContext, log: Path, began: float) -> None:
@@ -349,11 +354,7 @@ def file_phase(world: world_mod.World, tmp: Path, live_argv: list[str], config: 
               f"{server.ready_seconds:.1f} s ({cpu:.1f} s of CPU); RSS peak {peak:.0f} MiB, steady {rss:.0f} MiB "
               f"(peak {peak / rss:.2f} x steady)")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         path.unlink()
 
 
