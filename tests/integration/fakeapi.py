@@ -474,6 +474,11 @@ class FakeApiServer:
                     return f.status
         return None
 
+    def _failing(self, path: str, *, watch: bool, method: str = "GET") -> bool:
+        """Whether a failure until cleared matches (no count consumed; the caller holds the lock)."""
+        return any(f.times is None and f.path in (None, path) and f.watch in (None, watch) and method in f.methods
+                   for f in self._failures)
+
     def _find(self, path: str) -> Collection | None:
         for c in self._collections:
             if c.path == path and c.installed:
@@ -625,6 +630,10 @@ class FakeApiServer:
                 initial = [o for _, o in sorted(coll.objects.items()) if matches_field_selector(o, selector)]
             else:
                 position, initial = int(asked), []
+            if not coll.installed or self._failing(coll.path, watch=True):
+                # The CRD went away or the outage began after this request was routed, before it got here: it
+                # is cut like the watches open then (drop_watches/uninstall hold the same lock).
+                raise ConnectionAbortedError("dropped")
             self._watches.append(watch)
         try:
             for obj in initial:

@@ -220,7 +220,9 @@ def test_failing_watches_turn_stale_after_the_bound(
         fresh, fresh_healthy = store.status(), store.healthy_snapshot()
         outage(api)
         wait_until(lambda: store.status().stale, what="the cache to turn stale")
-        wait_until(lambda: all(v.startswith("failing") for v in store.status().detail.values()), what="every kind")
+        # A watch cut by the outage fails first with its own error (ProtocolError), then its retries with `error`.
+        wait_until(lambda: all(v.startswith("failing since ") and error in v for v in store.status().detail.values()),
+                   what=f"every kind failing with {error}")
         stale, stale_healthy = store.status(), store.healthy_snapshot()
         served = node_names(store)
 
