@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from app.models import pods as pods_model
-from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, canonical, freeze
+from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, add_counts, canonical, freeze
 from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
@@ -61,10 +61,16 @@ class Hold:
 class Ledger:
     """The stored jobs' reservations of one snapshot."""
 
-    holds: tuple[Hold, ...]  # by zone, then job
     by_zone: Mapping[str, Mapping[str, int]]  # zone -> GPU resource -> reserved
     by_job: Mapping[JobKey, Hold]
     stored: frozenset[JobKey]  # every stored job, pinned or not (in-flight holds end when theirs appears)
+
+    # NB: sorted when first read (explain, holders): a decision reads the totals only, and a publish under
+    # churn would otherwise sort thousands of holds it changed a few of.
+    @functools.cached_property
+    def holds(self) -> tuple[Hold, ...]:
+        """Every hold, by zone, then job."""
+        return tuple(sorted(self.by_job.values(), key=lambda h: (h.zone, h.job)))
 
     def holders(self, zone: str) -> tuple[Hold, ...]:
         return tuple(h for h in self.holds if h.zone == zone)
@@ -148,33 +154,72 @@ def reserves(job: JobInfo) -> bool:
     return bool(job.zone) and not job.suspended and not job.finished
 
 
-def build_ledger(
-    snapshot: Snapshot, *, gpu_resources: Sequence[str], stored: frozenset[JobKey] | None = None
-) -> Ledger:
-    """Every stored job's reservation (see the module docstring); `stored`: `stored_jobs(snapshot)`."""
-    holding = _stored(snapshot.jobs)[1]
-    groups = pods_model.pod_index(snapshot).groups
+@dataclass(frozen=True)
+class _Built:
+    """A ledger as last built for some GPU resources, and what it was built from."""
+
+    jobs: tuple[JobInfo, ...]  # the snapshot's jobs (by identity)
+    pods: int  # the serial of the pod index read (models/pods.py PodIndex.serial)
+    by_job: dict[JobKey, Hold]
+    by_zone: dict[str, dict[str, int]]
+    ledger: Ledger
+
+
+# Per GPU resources: the ledger last built. The next snapshot's starts from it when it has the same jobs and
+# its pod index is the same or the next one (PodIndex.changes_since): only the jobs whose pod groups changed
+# are held again, so a publish under pod churn costs the changes, not the stored jobs. Any other snapshot
+# (jobs changed, a snapshot from files) starts from nothing: every holding job, through the same loop.
+_LAST: IdentityMemo[list[_Built]] = IdentityMemo(16)
+# Per tuple of holding jobs: which of them each pod group can hold (by job-name label, by owner).
+_BY_GROUP: IdentityMemo[Mapping[pods_model.GroupKey, tuple[JobInfo, ...]]] = IdentityMemo(8)
+
+
+def _jobs_by_group(holding: tuple[JobInfo, ...]) -> Mapping[pods_model.GroupKey, tuple[JobInfo, ...]]:
+    def build() -> Mapping[pods_model.GroupKey, tuple[JobInfo, ...]]:
+        found: dict[pods_model.GroupKey, list[JobInfo]] = defaultdict(list)
+        for job in holding:
+            for key in {(job.namespace, job.pod_label, job.name), (job.namespace, OWNER_PREFIX + job.kind, job.name)}:
+                found[key].append(job)
+        return {key: tuple(jobs) for key, jobs in found.items()}
+    return _BY_GROUP.get((holding,), build)
+
+
+def build_ledger(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
+    """Every stored job's reservation (see the module docstring)."""
+    stored, holding = _stored(snapshot.jobs)
+    index = pods_model.pod_index(snapshot)
     resources = canonical(tuple(gpu_resources))
+    box = _LAST.get((resources,), list)
+    last = box[0] if box else None  # NB: read once; another thread may replace it meanwhile
+    changed = index.changes_since(last.pods) if last is not None and last.jobs is snapshot.jobs else None
+    if last is not None and changed is not None:
+        if not changed:
+            return last.ledger
+        by_group = _jobs_by_group(holding)
+        again: Iterable[JobInfo] = {id(job): job for key in changed for job in by_group.get(key, ())}.values()
+        by_job, by_zone = dict(last.by_job), {zone: dict(per) for zone, per in last.by_zone.items()}
+    else:
+        again, by_job, by_zone = holding, {}, {}
     _MATCHED.fit(len(snapshot.jobs))
     _HOLDS.fit(len(holding))
-    holds: list[Hold] = []
-    for job in holding:
-        by_label, by_owner = _groups_of(job, groups)
+    for job in again:
+        key = (job.kind, job.namespace, job.name)
+        old = by_job.pop(key, None)
+        if old is not None:
+            add_counts(by_zone[old.zone], old.gpus, -1)
+        by_label, by_owner = _groups_of(job, index.groups)
         hold = _HOLDS.get((job, by_label, by_owner, resources),
                           functools.partial(_hold, job, by_label, by_owner, resources))
         if hold is not None:
-            holds.append(hold)
-    holds.sort(key=lambda h: (h.zone, h.job))
-    by_zone: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for hold in holds:
-        for resource, count in hold.gpus.items():
-            by_zone[hold.zone][resource] += count
-    return Ledger(
-        holds=tuple(holds),
-        by_zone=freeze({z: freeze(dict(per)) for z, per in by_zone.items()}),
-        by_job=MappingProxyType({h.key: h for h in holds}),
-        stored=frozenset((j.kind, j.namespace, j.name) for j in snapshot.jobs) if stored is None else stored,
+            by_job[key] = hold
+            add_counts(by_zone.setdefault(hold.zone, {}), hold.gpus, +1)
+    made = Ledger(
+        by_zone=freeze({z: freeze(per) for z, per in sorted(by_zone.items()) if per}),
+        by_job=MappingProxyType(by_job),
+        stored=stored,
     )
+    box[:] = [_Built(snapshot.jobs, index.serial, by_job, by_zone, made)]
+    return made
 
 
 # A stored job's hold reads the job and its two pod groups alone: kept by their identity, so a publish
@@ -211,7 +256,7 @@ def stored_jobs(snapshot: Snapshot) -> frozenset[JobKey]:
 def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     """The memoised `build_ledger` of this snapshot."""
     key = f"{LEDGER_MEMO_KEY}/{','.join(gpu_resources)}"
-    return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources, stored=stored_jobs(s)))
+    return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources))
 
 
 ZoneTotals = Mapping[str, Mapping[str, int]]  # zone -> GPU resource -> GPUs

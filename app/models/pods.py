@@ -8,11 +8,14 @@ the policy index (which numbers a named port stands for). `PodIndexBuilder` keep
 date one pod at a time (`add`/`remove`, costs the pod's size); `freeze()` gives the immutable
 `PodIndex` a snapshot carries, at the cost of copying the top-level maps (nodes, groups), never a pass
 over the pods. The watch cache keeps a builder per pod list; a snapshot read from files builds one over
-all its pods (`PodIndexBuilder.of`), so both go through the same code.
+all its pods (`PodIndexBuilder.of`), so both go through the same code. Each frozen index also says which
+groups changed since its builder's previous one (`serial`, `after`, `changed_groups`), so a reader that
+derives something per group from the previous snapshot redoes only those (engine/ledger.py).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -53,6 +56,24 @@ class PodIndex:
     groups: Mapping[GroupKey, tuple[PodInfo, ...]] = field(default_factory=lambda: MappingProxyType({}))
     # container port name (lowercased) -> the numbers it stands for on some pod
     named_ports: Mapping[str, frozenset[int]] = field(default_factory=lambda: MappingProxyType({}))
+    # This index's number (unique in the process; 0: not frozen by a builder), the number of the one its builder
+    # froze before it (0: none), and the groups whose members differ between the two. Not part of what an index
+    # equals: two indexes of the same pods are equal however they were kept.
+    serial: int = field(default=0, compare=False)
+    after: int = field(default=0, compare=False)
+    changed_groups: frozenset[GroupKey] = field(default=frozenset(), compare=False)
+
+    def changes_since(self, serial: int) -> frozenset[GroupKey] | None:
+        """The groups that changed since the index numbered `serial`, when known: this very index (none) or the
+        one its builder froze just before it; None otherwise."""
+        if not serial or not self.serial:
+            return None
+        if serial == self.serial:
+            return frozenset()
+        return self.changed_groups if serial == self.after else None
+
+
+_SERIALS = itertools.count(1)
 
 
 class PodIndexBuilder:
@@ -63,6 +84,8 @@ class PodIndexBuilder:
         self._groups: dict[GroupKey, tuple[PodInfo, ...]] = {}
         self._ports: dict[str, dict[int, int]] = {}  # name -> number -> pods naming it so
         self._frozen: PodIndex | None = None
+        self._serial = 0  # of the last index frozen
+        self._dirty: set[GroupKey] = set()  # groups changed since then
 
     @classmethod
     def of(cls, pods: Iterable[PodInfo]) -> PodIndexBuilder:
@@ -110,6 +133,7 @@ class PodIndexBuilder:
                 kept = tuple(sorted((*(p for p in members if _pod_order(p) != _pod_order(pod)), pod), key=_pod_order))
             else:
                 kept = tuple(p for p in members if p is not pod and p != pod)
+            self._dirty.add(key)
             if kept:
                 self._groups[key] = kept
             else:
@@ -118,11 +142,16 @@ class PodIndexBuilder:
     def freeze(self) -> PodIndex:
         """The current aggregates, immutable (the same object until the next change)."""
         if self._frozen is None:
+            serial = next(_SERIALS)
             self._frozen = PodIndex(
                 MappingProxyType(dict(self._held)),
                 MappingProxyType(dict(self._groups)),
                 MappingProxyType({name: frozenset(numbers) for name, numbers in self._ports.items()}),
+                serial=serial,
+                after=self._serial,
+                changed_groups=frozenset(self._dirty),
             )
+            self._serial, self._dirty = serial, set()
         return self._frozen
 
 

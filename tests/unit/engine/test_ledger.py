@@ -192,35 +192,51 @@ def test_reserved_for_costs_the_zones_not_the_jobs() -> None:
     assert view.in_zone("zone-a", (GPU,)) == 5000
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["add", "remove", "bind"]), st.integers(0, 2), st.integers(0, 3)),
-                min_size=1, max_size=15))
-def test_after_pod_changes_the_ledger_is_the_one_built_from_scratch(
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["add", "remove", "bind", "rezone", "same"]), st.integers(0, 2),
+                          st.integers(0, 3)), min_size=1, max_size=15))
+def test_after_pod_and_job_changes_the_ledger_is_the_one_built_from_scratch(
     monkeypatch: pytest.MonkeyPatch, steps: list[tuple[str, int, int]]
 ) -> None:
-    """Holds are kept by the identity of the job and its pod groups (`_HOLDS`) from one snapshot to the
-    next, as the watch cache makes them (the pod index kept one pod at a time)."""
+    """Each snapshot's ledger starts from the previous one (`_LAST`) and holds are kept by the identity of the
+    job and its pod groups (`_HOLDS`), as the watch cache makes them (the pod index kept one pod at a time,
+    the jobs' tuple the same while no job changes); it must be the one built with nothing kept."""
     jobs = tuple(pytorchjob(f"j{k}", workers=3, zone=("zone-a", "zone-b", None)[k]) for k in range(3))
     builder = PodIndexBuilder()
     pods: dict[str, PodInfo] = {}
     for what, k, i in steps:
         name = f"j{k}-worker-{i}"
-        if name in pods and what in ("remove", "bind"):
+        if what == "rezone":  # a job changed: a new tuple of jobs
+            jobs = (*jobs[:k], pytorchjob(f"j{k}", workers=3, zone=("zone-c", None, "zone-a")[i % 3]), *jobs[k + 1:])
+        elif name in pods and what in ("remove", "bind"):
             builder.remove(pods.pop(name))
-        if what == "add":
-            pod = job_pod(f"j{k}", i, node="")  # pending: holds nothing yet
-        elif what == "bind":
-            pod = job_pod(f"j{k}", i)
-        else:
-            continue
-        if name in pods:
-            builder.remove(pods.pop(name))
-        pods[name] = pod
-        builder.add(pod)
+        if what in ("add", "bind"):
+            pod = job_pod(f"j{k}", i, node="" if what == "add" else "a100-a-1")  # pending pods hold nothing yet
+            if name in pods:
+                builder.remove(pods.pop(name))
+            pods[name] = pod
+            builder.add(pod)
         snapshot = Snapshot(jobs=jobs, pod_index=builder.freeze())
         kept = ledger.build_ledger(snapshot, gpu_resources=(GPU,))
         with monkeypatch.context() as m:
-            m.setattr(ledger, "_HOLDS", IdentityMemo(16))
-            m.setattr(ledger, "_MATCHED", IdentityMemo(16))
+            for memo in ("_HOLDS", "_MATCHED", "_LAST", "_BY_GROUP"):
+                m.setattr(ledger, memo, IdentityMemo(16))
             fresh = ledger.build_ledger(snapshot, gpu_resources=(GPU,))
-        assert (kept.holds, kept.by_zone) == (fresh.holds, fresh.by_zone)
+        assert (kept.holds, dict(kept.by_zone), dict(kept.by_job)) == (
+            fresh.holds, dict(fresh.by_zone), dict(fresh.by_job))
+        assert list(kept.by_zone) == sorted(kept.by_zone)
+
+
+def test_a_pod_change_holds_again_only_the_job_it_belongs_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = tuple(pytorchjob(f"j{k}", workers=3) for k in range(50))
+    builder = PodIndexBuilder.of(job_pod(f"j{k}", 0) for k in range(50))
+    ledger.build_ledger(Snapshot(jobs=jobs, pod_index=builder.freeze()), gpu_resources=(GPU,))
+    held: list[str] = []
+    real = ledger._hold
+    monkeypatch.setattr(ledger, "_hold", lambda job, *rest: held.append(job.name) or real(job, *rest))
+    builder.add(job_pod("j7", 1))
+    after = ledger.build_ledger(Snapshot(jobs=jobs, pod_index=builder.freeze()), gpu_resources=(GPU,))
+
+    assert held == ["j7"]
+    assert after.by_job[("PyTorchJob", NS, "j7")].total == 4 * 4 - 2 * 4  # Master + 3 Workers, 2 pods bound
+    assert after.by_zone == {"zone-a": {GPU: 49 * 12 + 8}}
