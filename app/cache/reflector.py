@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -318,33 +319,47 @@ class Reflector:
         return False
 
     def _list_version(self, api_version: str) -> KindCache:
+        """Every page of the list, projected. While one page is projected the next is already being fetched
+        and parsed (client-go's pager buffers pages the same way, tools/pager `PageBufferSize`): the server's
+        time to produce a page overlaps ours to project the last one instead of adding to it (with 150,000
+        pods from a server on another core: about 3 of 23 s to ready). At most two pages are held."""
         fresh = KindCache(self.resource, api_version)
-        token: str | None = None
-        while True:
-            response = self._request(
-                api_version, read_timeout=self._tuning.read_timeout_seconds, limit=self._tuning.list_page_size,
-                _continue=token,
-            )
-            clean = False
-            try:
-                body = parse_json(response.data, f"{self.resource.kind} list", page=True)
-                clean = True
-            finally:
-                self._finish(response, clean=clean)
-            items = body.get("items")
-            if not isinstance(items, list):
-                raise StreamError(f"{self.resource.kind} list: no items")
-            for obj in items:
-                if isinstance(obj, Mapping):
-                    projection = fresh.project(obj)
-                    if projection is not None:
-                        fresh.put(object_key(obj), projection)
-            meta = body.get("metadata")
-            meta = meta if isinstance(meta, Mapping) else {}
-            fresh.resource_version = str(meta.get("resourceVersion") or "")
-            token = meta.get("continue") or None
-            if not token:
-                return fresh
+        with ThreadPoolExecutor(1, thread_name_prefix=f"topoguard-list-{self.resource.kind}") as fetcher:
+            upcoming: Future[dict[str, Any]] | None = fetcher.submit(self._page, api_version, None)
+            while upcoming is not None:
+                body = upcoming.result()
+                items = body.get("items")
+                if not isinstance(items, list):
+                    raise StreamError(f"{self.resource.kind} list: no items")
+                meta = body.get("metadata")
+                meta = meta if isinstance(meta, Mapping) else {}
+                token = meta.get("continue") or None
+                upcoming = fetcher.submit(self._page, api_version, token) if token else None
+                try:
+                    for obj in items:
+                        if isinstance(obj, Mapping):
+                            projection = fresh.project(obj)
+                            if projection is not None:
+                                fresh.put(object_key(obj), projection)
+                except BaseException:
+                    self._cut(self._active)  # the next page's request, if still open: no wait for it to end
+                    raise
+                fresh.resource_version = str(meta.get("resourceVersion") or "")
+        return fresh
+
+    def _page(self, api_version: str, token: str | None) -> dict[str, Any]:
+        """One list page, read and parsed (on the list's fetcher thread)."""
+        response = self._request(
+            api_version, read_timeout=self._tuning.read_timeout_seconds, limit=self._tuning.list_page_size,
+            _continue=token,
+        )
+        clean = False
+        try:
+            body = parse_json(response.data, f"{self.resource.kind} list", page=True)
+            clean = True
+        finally:
+            self._finish(response, clean=clean)
+        return body
 
     def _watch(self, stop: threading.Event) -> None:
         """One watch request, until the server ends it (returns) or it fails (raises)."""

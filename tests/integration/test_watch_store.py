@@ -13,7 +13,7 @@ import pytest
 
 from app.cache import projections
 from app.cache.errors import CacheNotReadyError
-from app.cache.reflector import WatchTuning
+from app.cache.reflector import KindCache, WatchTuning
 from app.cache.resources import POD_FIELD_SELECTOR
 from app.cache.watchers import WatchStore
 from app.config import Settings
@@ -195,6 +195,55 @@ def test_list_follows_continue_tokens(api: FakeApiServer, tmp_path: Path) -> Non
 
     assert names == [f"gpu-a-{i}" for i in range(5)]
     assert [r.query.get("limit") for r in api.requests_for("Node", watch=False)] == ["2", "2", "2"]
+
+
+
+def test_the_next_page_is_fetched_while_one_is_projected(
+    api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(4):
+        api.apply(make_node(f"gpu-a-{i}"))
+    tuning = dataclasses.replace(FAST_TUNING, list_page_size=2)
+    project, asked = KindCache.project, []
+
+    def slow_first_node(cache: KindCache, obj: Any) -> Any:
+        if cache.resource.kind == "Node" and obj["metadata"]["name"] == "gpu-a-0" and not asked:
+            try:  # NB: an error here would only fail this list, and the next one would pass
+                wait_until(lambda: len(api.requests_for("Node", watch=False)) >= 2, timeout=5.0, what="page 2")
+                asked.append(True)
+            except AssertionError:
+                asked.append(False)
+        return project(cache, obj)
+
+    monkeypatch.setattr(KindCache, "project", slow_first_node)
+    with running_store(api, tmp_path, tuning=tuning) as store:
+        names = node_names(store.snapshot())
+
+    assert asked == [True]  # the second page was asked for while the first one's first node was projected
+    assert names == [f"gpu-a-{i}" for i in range(4)]
+
+
+def test_a_page_failing_mid_list_lists_again_from_the_start(
+    api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(5):
+        api.apply(make_node(f"gpu-a-{i}"))
+    tuning = dataclasses.replace(FAST_TUNING, list_page_size=2)
+    project, failed = KindCache.project, []
+
+    def fail_a_later_page(cache: KindCache, obj: Any) -> Any:
+        if cache.resource.kind == "Node" and not failed:
+            failed.append(obj)
+            api.fail("Node", watch=False, times=1)  # the next page not answered yet, or the one after it
+        return project(cache, obj)
+
+    monkeypatch.setattr(KindCache, "project", fail_a_later_page)
+    with running_store(api, tmp_path, tuning=tuning) as store:
+        names = node_names(store.snapshot())
+
+    first_pages = [r for r in api.requests_for("Node", watch=False) if not r.query.get("continue")]
+    assert names == [f"gpu-a-{i}" for i in range(5)]
+    assert len(first_pages) == 2  # a list is never stitched from two attempts
 
 
 Step = Callable[[FakeApiServer], Any]
