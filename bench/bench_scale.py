@@ -50,6 +50,7 @@ from app.tls import generate_self_signed
 
 PROBE_ZONE = "zone-probe"
 PROBE_NODE = "probe-node"
+REVIEW_HISTOGRAM = "topoguard_review_duration_seconds"
 TARGETS = {"ready_s": 20.0, "steady_rss_mib": 300.0, "cores_at_500": 0.5, "publish_ms": 100.0,
            "review_p99_ms": 10.0, "staleness_s": 2.0}
 
@@ -112,13 +113,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 def metric_histogram(port: int, ctx: ssl.SSLContext, name: str) -> tuple[dict[float, float], float, float]:
+    """A histogram's buckets (le -> count), sum and count, added up over its label sets."""
     with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10) as r:
         text = r.read().decode()
-    buckets = {float(le.replace("+Inf", "inf")): float(v)
-               for le, v in re.findall(rf'^{name}_bucket\{{le="([^"]+)"\}} ([\d.e+]+)$', text, re.M)}
-    total = re.search(rf"^{name}_sum ([\d.e+-]+)$", text, re.M)
-    count = re.search(rf"^{name}_count ([\d.e+-]+)$", text, re.M)
-    return buckets, float(total.group(1)) if total else 0.0, float(count.group(1)) if count else 0.0
+    buckets: dict[float, float] = {}
+    for le, v in re.findall(rf'^{name}_bucket\{{(?:[^}}]*,)?le="([^"]+)"(?:,[^}}]*)?\}} ([\d.e+]+)$', text, re.M):
+        edge = float(le.replace("+Inf", "inf"))
+        buckets[edge] = buckets.get(edge, 0.0) + float(v)
+    total = sum(float(v) for v in re.findall(rf"^{name}_sum(?:{{[^}}]*}})? ([\d.e+-]+)$", text, re.M))
+    count = sum(float(v) for v in re.findall(rf"^{name}_count(?:{{[^}}]*}})? ([\d.e+-]+)$", text, re.M))
+    return buckets, total, count
 
 
 def quantile_bound(before: dict[float, float], after: dict[float, float], q: float) -> float:
@@ -263,15 +267,20 @@ def main() -> int:
             # 3. reviews without churn (the baseline), then churn + reviews + staleness probes
             reviewer = Reviewer(port, ctx)
             reviewer.post(review_body(0, world.namespaces))  # connection set up, not timed
+            inside0 = metric_histogram(port, ctx, REVIEW_HISTOGRAM)
             quiet, outcomes, n = reviews(reviewer, world, 1, phase / 2, opts.reviews_per_second)
+            inside1 = metric_histogram(port, ctx, REVIEW_HISTOGRAM)
             print(f"reviews without churn: {len(quiet)} distinct jobs ({outcomes}); "
-                  f"p50 {statistics.median(quiet):.1f} ms, p99 {percentile(quiet, 0.99):.1f} ms")
+                  f"p50 {statistics.median(quiet):.1f} ms, p99 {percentile(quiet, 0.99):.1f} ms; "
+                  f"mean {statistics.fmean(quiet):.1f} ms; {inside(inside0, inside1)}")
             cmd_here.send(("churn", opts.rate, phase))
             latencies, outcomes, n = reviews(reviewer, world, n, phase - 0.5, opts.reviews_per_second)
+            inside2 = metric_histogram(port, ctx, REVIEW_HISTOGRAM)
             cmd_here.recv()
             p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
             print(f"reviews during churn: {len(latencies)} distinct jobs ({outcomes}); p50 {p50:.1f} ms, "
-                  f"p99 {p99:.1f} ms: {verdict(p99, TARGETS['review_p99_ms'], 'ms')}")
+                  f"p99 {p99:.1f} ms: {verdict(p99, TARGETS['review_p99_ms'], 'ms')}; "
+                  f"mean {statistics.fmean(latencies):.1f} ms; {inside(inside1, inside2)}")
 
             cmd_here.send(("churn", opts.rate, 8.0))
             stale: list[float] = []
@@ -372,6 +381,13 @@ def reviews(reviewer: Reviewer, world: world_mod.World, first: int, seconds: flo
         n += 1
         time.sleep(max(gap - took_s, 0.0))
     return sorted(latencies), outcomes, n
+
+
+def inside(before: tuple[dict[float, float], float, float], after: tuple[dict[float, float], float, float]) -> str:
+    """What topoguard measured itself of the reviews between two scrapes (topoguard_review_duration_seconds:
+    arrival to answer ready): mean, and the bucket edge holding the p99."""
+    mean = (after[1] - before[1]) / max(after[2] - before[2], 1) * 1000
+    return f"inside topoguard mean {mean:.1f} ms, p99 <= {quantile_bound(before[0], after[0], 0.99) * 1000:g} ms"
 
 
 def percentile(ordered: list[float], q: float) -> float:
