@@ -29,7 +29,7 @@ from typing import Literal
 
 from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, canonical, freeze
 from app.models.labels import HOSTNAME_LABEL
-from app.models.pods import pod_index
+from app.models.pods import PodIndex, pod_index
 
 # A label key counts as per-node when it takes more distinct values than this floor and than half of
 # the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
@@ -142,12 +142,6 @@ class ZoneIndex:
         return self.classes.get(zone, ())
 
 
-def held_gpus(snapshot: Snapshot) -> Mapping[str, Mapping[str, int]]:
-    """Extended resources (GPUs among them) requested per node by the non-terminal pods bound to it: kept
-    with the snapshot's pods (models/pods.py), not counted per snapshot."""
-    return pod_index(snapshot).held
-
-
 def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
     values: dict[str, set[str]] = defaultdict(set)
     carriers: dict[str, int] = defaultdict(int)
@@ -244,6 +238,37 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
     return made
 
 
+# Per tuple of groups: where each node sits (group, position), and the held GPUs of every group's nodes as last
+# read with the serial of the pod index read (models/pods.py). The next snapshot's pod index says which nodes'
+# held GPUs changed since (`changes_since`): only those positions are read again, not every node.
+_POSITIONS: IdentityMemo[Mapping[str, tuple[int, int]]] = IdentityMemo(16)
+_HELD: IdentityMemo[list[tuple[int, tuple[tuple[Mapping[str, int] | None, ...], ...]]]] = IdentityMemo(16)
+
+
+def _held_by_group(groups: tuple[Group, ...], index: PodIndex) -> tuple[tuple[Mapping[str, int] | None, ...], ...]:
+    """Per group, the held GPUs of its nodes in the group's order (None: nothing held)."""
+    box = _HELD.get((groups,), list)
+    last = box[0] if box else None  # NB: read once; another thread may replace it meanwhile
+    changes = index.changes_since(last[0]) if last is not None else None
+    if last is not None and changes is not None:
+        held = list(last[1])
+        if changes.nodes:
+            positions = _POSITIONS.get((groups,), lambda: {
+                node.name: (g, i) for g, (_, members) in enumerate(groups) for i, (node, _) in enumerate(members)})
+            patched: dict[int, list[Mapping[str, int] | None]] = {}
+            for name in changes.nodes:
+                at = positions.get(name)
+                if at is not None:
+                    patched.setdefault(at[0], list(held[at[0]]))[at[1]] = index.held.get(name)
+            for g, values in patched.items():
+                held[g] = tuple(values)
+        made = tuple(held)
+    else:
+        made = tuple(tuple(index.held.get(node.name) for node, _ in members) for _, members in groups)
+    box[:] = [(index.serial, made)]
+    return made
+
+
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
     zone_label, resources = canonical(zone_label), canonical(tuple(gpu_resources))
@@ -251,10 +276,8 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
     groups = _GROUPS.get((targets, per_node, resources, zone_label),
                          lambda: _group(targets, per_node, resources, zone_label))
     _CLASS_STATE.fit(len(groups))
-    held = held_gpus(snapshot)
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
-    for number, group in enumerate(groups):
-        used = tuple(held.get(node.name) for node, _ in group[1])
+    for number, (group, used) in enumerate(zip(groups, _held_by_group(groups, pod_index(snapshot)), strict=True)):
         by_zone[group[0][0]].append(_node_class(group, number, used))
     classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)

@@ -30,7 +30,7 @@ from app import policy
 from app.config import Settings
 from app.engine import capacity, lead, ledger, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
-from app.models.cluster import Snapshot, Taint
+from app.models.cluster import IdentityMemo, Snapshot, Taint, canonical
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
 from app.models.network import PolicyEnforcement
@@ -354,19 +354,22 @@ def warnings_for(run: Run) -> tuple[str, ...]:
 
 
 def unreadable_gpus(snapshot: Snapshot, gpu_resources: Sequence[str]) -> list[str]:
-    """Nodes whose allocatable GPUs are not a quantity: counted as none, and said so (once per snapshot:
-    a pass over the nodes)."""
-    kinds = frozenset(gpu_resources)
+    """Nodes whose allocatable GPUs are not a quantity: counted as none, and said so (a pass over the nodes,
+    once per tuple of nodes: the watch cache keeps the tuple while no node changes)."""
+    kinds = canonical(tuple(sorted(set(gpu_resources))))
 
-    def build(s: Snapshot) -> tuple[str, ...]:
+    def build() -> tuple[str, ...]:
         return tuple(
             f"node {node.name}: allocatable {resource}={value!r} is not a quantity, so it counts as 0 GPUs"
-            for node in s.nodes if node.unparsable
+            for node in snapshot.nodes if node.unparsable
             for resource, value in sorted(node.unparsable.items())
             if resource in kinds
         )
 
-    return list(snapshot.memo(f"engine.unreadable-gpus/{','.join(sorted(kinds))}", build))
+    return list(_UNREADABLE.get((snapshot.nodes, kinds), build))
+
+
+_UNREADABLE: IdentityMemo[tuple[str, ...]] = IdentityMemo(8)
 
 
 def zone_reasons(reports: Iterable[ZoneReport], keep: Callable[[str], bool] = lambda problem: True) -> list[str]:

@@ -193,10 +193,10 @@ def build_ledger(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     last = box[0] if box else None  # NB: read once; another thread may replace it meanwhile
     changed = index.changes_since(last.pods) if last is not None and last.jobs is snapshot.jobs else None
     if last is not None and changed is not None:
-        if not changed:
+        if not changed.groups:
             return last.ledger
         by_group = _jobs_by_group(holding)
-        again: Iterable[JobInfo] = {id(job): job for key in changed for job in by_group.get(key, ())}.values()
+        again: Iterable[JobInfo] = {id(job): job for key in changed.groups for job in by_group.get(key, ())}.values()
         by_job, by_zone = dict(last.by_job), {zone: dict(per) for zone, per in last.by_zone.items()}
     else:
         again, by_job, by_zone = holding, {}, {}

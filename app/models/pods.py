@@ -9,8 +9,9 @@ date one pod at a time (`add`/`remove`, costs the pod's size); `freeze()` gives 
 `PodIndex` a snapshot carries, at the cost of copying the top-level maps (nodes, groups), never a pass
 over the pods. The watch cache keeps a builder per pod list; a snapshot read from files builds one over
 all its pods (`PodIndexBuilder.of`), so both go through the same code. Each frozen index also says which
-groups changed since its builder's previous one (`serial`, `after`, `changed_groups`), so a reader that
-derives something per group from the previous snapshot redoes only those (engine/ledger.py).
+groups and which nodes' held resources changed since its builder's previous one (`changes_since`), so a
+reader that derives something per group or node from the previous snapshot redoes only those
+(engine/ledger.py, engine/capacity.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ JOB_POD_LABELS = (KF_JOB_NAME, JOBSET_NAME_LABEL)
 OWNER_PREFIX = "owner:"  # a group key's middle part for the pods whose controller is the job: "owner:<kind>"
 
 GroupKey = tuple[str, str, str]  # (namespace, label key or OWNER_PREFIX + kind, value or name)
+
+
+@dataclass(frozen=True)
+class PodChanges:
+    """What differs between two frozen indexes of one builder."""
+
+    groups: frozenset[GroupKey] = frozenset()  # whose members are another tuple
+    nodes: frozenset[str] = frozenset()  # whose `held` is another mapping
+
+    def __bool__(self) -> bool:
+        return bool(self.groups or self.nodes)
+
+
+NO_CHANGES = PodChanges()
 
 
 def group_keys(pod: PodInfo) -> tuple[GroupKey, ...]:
@@ -57,20 +72,20 @@ class PodIndex:
     # container port name (lowercased) -> the numbers it stands for on some pod
     named_ports: Mapping[str, frozenset[int]] = field(default_factory=lambda: MappingProxyType({}))
     # This index's number (unique in the process; 0: not frozen by a builder), the number of the one its builder
-    # froze before it (0: none), and the groups whose members differ between the two. Not part of what an index
-    # equals: two indexes of the same pods are equal however they were kept.
+    # froze before it (0: none), and what differs between the two. Not part of what an index equals: two indexes
+    # of the same pods are equal however they were kept.
     serial: int = field(default=0, compare=False)
     after: int = field(default=0, compare=False)
-    changed_groups: frozenset[GroupKey] = field(default=frozenset(), compare=False)
+    changed: PodChanges = field(default_factory=lambda: NO_CHANGES, compare=False)
 
-    def changes_since(self, serial: int) -> frozenset[GroupKey] | None:
-        """The groups that changed since the index numbered `serial`, when known: this very index (none) or the
-        one its builder froze just before it; None otherwise."""
+    def changes_since(self, serial: int) -> PodChanges | None:
+        """What changed since the index numbered `serial`, when known: this very index (nothing) or the one its
+        builder froze just before it; None otherwise."""
         if not serial or not self.serial:
             return None
         if serial == self.serial:
-            return frozenset()
-        return self.changed_groups if serial == self.after else None
+            return NO_CHANGES
+        return self.changed if serial == self.after else None
 
 
 _SERIALS = itertools.count(1)
@@ -86,6 +101,7 @@ class PodIndexBuilder:
         self._frozen: PodIndex | None = None
         self._serial = 0  # of the last index frozen
         self._dirty: set[GroupKey] = set()  # groups changed since then
+        self._dirty_nodes: set[str] = set()  # nodes whose held resources changed since then
 
     @classmethod
     def of(cls, pods: Iterable[PodInfo]) -> PodIndexBuilder:
@@ -122,6 +138,7 @@ class PodIndexBuilder:
             return
         if pod.node_name and pod.requests:
             per = dict(self._held.get(pod.node_name, {}))
+            self._dirty_nodes.add(pod.node_name)
             add_counts(per, pod.requests, sign)
             if per:
                 self._held[pod.node_name] = MappingProxyType(per)
@@ -149,9 +166,9 @@ class PodIndexBuilder:
                 MappingProxyType({name: frozenset(numbers) for name, numbers in self._ports.items()}),
                 serial=serial,
                 after=self._serial,
-                changed_groups=frozenset(self._dirty),
+                changed=PodChanges(frozenset(self._dirty), frozenset(self._dirty_nodes)),
             )
-            self._serial, self._dirty = serial, set()
+            self._serial, self._dirty, self._dirty_nodes = serial, set(), set()
         return self._frozen
 
 

@@ -34,7 +34,7 @@ def described(index: capacity.ZoneIndex) -> Any:
 
 def from_scratch(snapshot: Snapshot, monkeypatch: pytest.MonkeyPatch) -> capacity.ZoneIndex:
     with monkeypatch.context() as m:
-        for name in ("_TARGETS", "_GROUPS", "_CLASS_STATE"):
+        for name in ("_TARGETS", "_GROUPS", "_CLASS_STATE", "_POSITIONS", "_HELD"):
             m.setattr(capacity, name, IdentityMemo(16))
         return capacity.build_zone_index(snapshot, zone_label=ZONE, gpu_resources=(GPU,))
 
