@@ -166,7 +166,7 @@ Group = tuple[ClassKey, tuple[tuple[NodeInfo, Mapping[str, int]], ...]]
 # - which nodes form which class depends on the nodes alone: regrouped only when a node changes;
 # - a class whose nodes' held GPUs did not change is the previous snapshot's; one where some did is the
 #   previous one with those nodes' slots replaced (`Pool.replaced`), at the cost of the changed nodes.
-# Under pod churn a publish thus costs an identity test per node and the changes, not a rebuild.
+# Under pod churn a publish thus costs the changed nodes (`_held_by_group`) and an identity test per class.
 _TARGETS: IdentityMemo[tuple[tuple[NodeInfo, ...], frozenset[str]]] = IdentityMemo(16)
 _GROUPS: IdentityMemo[tuple[Group, ...]] = IdentityMemo(16)
 # Per group: [(its nodes' held GPUs, their slots in the group's order, the class)] as last built.
