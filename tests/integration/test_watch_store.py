@@ -197,27 +197,38 @@ def test_list_follows_continue_tokens(api: FakeApiServer, tmp_path: Path) -> Non
     assert [r.query.get("limit") for r in api.requests_for("Node", watch=False)] == ["2", "2", "2"]
 
 
+def _listed_in_pages_of_two(api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int,
+                            before_projecting: Callable[[Any], None]) -> list[str]:
+    """The node names a store lists from `nodes` nodes in pages of two, `before_projecting(node)` called as each
+    listed or watched Node is about to be projected."""
+    for i in range(nodes):
+        api.apply(make_node(f"gpu-a-{i}"))
+    project = KindCache.project
+
+    def hooked(cache: KindCache, obj: Any) -> Any:
+        if cache.resource.kind == "Node":
+            before_projecting(obj)
+        return project(cache, obj)
+
+    monkeypatch.setattr(KindCache, "project", hooked)
+    with running_store(api, tmp_path, tuning=dataclasses.replace(FAST_TUNING, list_page_size=2)) as store:
+        return node_names(store.snapshot())
+
 
 def test_the_next_page_is_fetched_while_one_is_projected(
     api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for i in range(4):
-        api.apply(make_node(f"gpu-a-{i}"))
-    tuning = dataclasses.replace(FAST_TUNING, list_page_size=2)
-    project, asked = KindCache.project, []
+    asked: list[bool] = []
 
-    def slow_first_node(cache: KindCache, obj: Any) -> Any:
-        if cache.resource.kind == "Node" and obj["metadata"]["name"] == "gpu-a-0" and not asked:
+    def wait_for_page_two(obj: Any) -> None:
+        if obj["metadata"]["name"] == "gpu-a-0" and not asked:
             try:  # NB: an error here would only fail this list, and the next one would pass
                 wait_until(lambda: len(api.requests_for("Node", watch=False)) >= 2, timeout=5.0, what="page 2")
                 asked.append(True)
             except AssertionError:
                 asked.append(False)
-        return project(cache, obj)
 
-    monkeypatch.setattr(KindCache, "project", slow_first_node)
-    with running_store(api, tmp_path, tuning=tuning) as store:
-        names = node_names(store.snapshot())
+    names = _listed_in_pages_of_two(api, tmp_path, monkeypatch, 4, wait_for_page_two)
 
     assert asked == [True]  # the second page was asked for while the first one's first node was projected
     assert names == [f"gpu-a-{i}" for i in range(4)]
@@ -226,20 +237,14 @@ def test_the_next_page_is_fetched_while_one_is_projected(
 def test_a_page_failing_mid_list_lists_again_from_the_start(
     api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for i in range(5):
-        api.apply(make_node(f"gpu-a-{i}"))
-    tuning = dataclasses.replace(FAST_TUNING, list_page_size=2)
-    project, failed = KindCache.project, []
+    failed: list[Any] = []
 
-    def fail_a_later_page(cache: KindCache, obj: Any) -> Any:
-        if cache.resource.kind == "Node" and not failed:
+    def fail_a_later_page(obj: Any) -> None:
+        if not failed:
             failed.append(obj)
-            api.fail("Node", watch=False, times=1)  # the next page not answered yet, or the one after it
-        return project(cache, obj)
+            api.fail("Node", watch=False, times=1)  # page 2 if not answered yet, else page 3
 
-    monkeypatch.setattr(KindCache, "project", fail_a_later_page)
-    with running_store(api, tmp_path, tuning=tuning) as store:
-        names = node_names(store.snapshot())
+    names = _listed_in_pages_of_two(api, tmp_path, monkeypatch, 5, fail_a_later_page)
 
     first_pages = [r for r in api.requests_for("Node", watch=False) if not r.query.get("continue")]
     assert names == [f"gpu-a-{i}" for i in range(5)]
