@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
-GIL_SWITCH_INTERVAL_SECONDS = 0.001  # see run()
+GIL_SWITCH_INTERVAL_SECONDS = 0.0002  # see run()
 __all__ = ["SHUTDOWN_GRACE_SECONDS", "WebhookServer", "build_server", "build_store", "run"]
 
 
@@ -158,9 +158,10 @@ def run(args: argparse.Namespace) -> int:
         "open_files_limit": http_server.raise_fd_limit(settings.max_connections),
     })
     # A review hands the GIL between the event loop and the decision workers several times; while the
-    # publisher builds a snapshot (about 120 ms at 5,000 nodes under churn), each hand-over waits up to the
-    # switch interval. 1 ms instead of Python's 5 ms (bench/bench_scale.py --full, review p50/p99 during
-    # 500 pod events/s: 14.0/78.7 -> 12.4/44.5 ms, one run each).
+    # publisher builds a snapshot or the pod watch parses events, each hand-over waits up to the switch
+    # interval. 0.2 ms instead of Python's 5 ms (bench/bench_scale.py --full, review p99 during 500 pod
+    # events/s: 5 ms -> 78.7, 1 ms -> 44.5 then, after this round's publish work 17.8; 0.2 ms -> 16.0 and
+    # 13.8, p50 unchanged, no more CPU: 0.11-0.15 core).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     server.run(sockets=sockets)
     return 0
