@@ -112,12 +112,17 @@ def _match(job: JobInfo, by_label: tuple[PodInfo, ...], by_owner: tuple[PodInfo,
     return JobPods(pods, freeze(bound))
 
 
+def _group_keys(job: JobInfo) -> tuple[pods_model.GroupKey, pods_model.GroupKey]:
+    """The keys of the job's pod groups: by its operator's job-name label, and by controller owner."""
+    return (job.namespace, job.pod_label, job.name), (job.namespace, OWNER_PREFIX + job.kind, job.name)
+
+
 def _groups_of(
     job: JobInfo, groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
 ) -> tuple[tuple[PodInfo, ...], tuple[PodInfo, ...]]:
-    """The job's pod groups: by its operator's job-name label, and by controller owner."""
-    return (groups.get((job.namespace, job.pod_label, job.name), ()),
-            groups.get((job.namespace, OWNER_PREFIX + job.kind, job.name), ()))
+    """The job's pod groups (`_group_keys`)."""
+    by_label, by_owner = _group_keys(job)
+    return groups.get(by_label, ()), groups.get(by_owner, ())
 
 
 def matched(job: JobInfo, groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]) -> JobPods:
@@ -160,8 +165,6 @@ class _Built:
 
     jobs: tuple[JobInfo, ...]  # the snapshot's jobs (by identity)
     pods: int  # the serial of the pod index read (models/pods.py PodIndex.serial)
-    by_job: dict[JobKey, Hold]
-    by_zone: dict[str, dict[str, int]]
     ledger: Ledger
 
 
@@ -178,7 +181,7 @@ def _jobs_by_group(holding: tuple[JobInfo, ...]) -> Mapping[pods_model.GroupKey,
     def build() -> Mapping[pods_model.GroupKey, tuple[JobInfo, ...]]:
         found: dict[pods_model.GroupKey, list[JobInfo]] = defaultdict(list)
         for job in holding:
-            for key in {(job.namespace, job.pod_label, job.name), (job.namespace, OWNER_PREFIX + job.kind, job.name)}:
+            for key in set(_group_keys(job)):
                 found[key].append(job)
         return {key: tuple(jobs) for key, jobs in found.items()}
     return _BY_GROUP.get((holding,), build)
@@ -197,7 +200,7 @@ def build_ledger(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
             return last.ledger
         by_group = _jobs_by_group(holding)
         again: Iterable[JobInfo] = {id(job): job for key in changed.groups for job in by_group.get(key, ())}.values()
-        by_job, by_zone = dict(last.by_job), {zone: dict(per) for zone, per in last.by_zone.items()}
+        by_job, by_zone = dict(last.ledger.by_job), {zone: dict(per) for zone, per in last.ledger.by_zone.items()}
     else:
         again, by_job, by_zone = holding, {}, {}
     _MATCHED.fit(len(snapshot.jobs))
@@ -218,7 +221,7 @@ def build_ledger(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
         by_job=MappingProxyType(by_job),
         stored=stored,
     )
-    box[:] = [_Built(snapshot.jobs, index.serial, by_job, by_zone, made)]
+    box[:] = [_Built(snapshot.jobs, index.serial, made)]
     return made
 
 

@@ -116,6 +116,9 @@ class Failure:
     times: int | None  # None: until clear_failures()
     methods: tuple[str, ...] = ("GET",)
 
+    def matches(self, path: str, watch: bool, method: str) -> bool:
+        return self.path in (None, path) and self.watch in (None, watch) and method in self.methods
+
 
 @dataclass
 class _Watch:
@@ -466,7 +469,7 @@ class FakeApiServer:
     def _failure_for(self, path: str, watch: bool, method: str = "GET") -> int | None:
         with self._cond:
             for f in self._failures:
-                if f.path in (None, path) and f.watch in (None, watch) and method in f.methods:
+                if f.matches(path, watch, method):
                     if f.times is not None:
                         f.times -= 1
                         if f.times <= 0:
@@ -476,8 +479,7 @@ class FakeApiServer:
 
     def _failing(self, path: str, *, watch: bool, method: str = "GET") -> bool:
         """Whether a failure until cleared matches (no count consumed; the caller holds the lock)."""
-        return any(f.times is None and f.path in (None, path) and f.watch in (None, watch) and method in f.methods
-                   for f in self._failures)
+        return any(f.times is None and f.matches(path, watch, method) for f in self._failures)
 
     def _find(self, path: str) -> Collection | None:
         for c in self._collections:
