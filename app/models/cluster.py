@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from app.models.dra import (
+    ComputeDomainInfo,
+    DeviceClassInfo,
+    ResourceClaimInfo,
+    ResourceClaimTemplateInfo,
+    ResourceSliceInfo,
+)
 from app.models.labels import ENABLED_LABEL
 
 if TYPE_CHECKING:  # NB: app.models.job and app.models.pods import this module
@@ -312,6 +319,14 @@ class Snapshot:
     network_memo: NetworkMemo = field(default_factory=NetworkMemo, repr=False, compare=False)
     # The pods' aggregates as the watch cache keeps them (models/pods.py); None: built from `pods` on use.
     pod_index: PodIndex | None = field(default=None, repr=False, compare=False)
+    # Dynamic Resource Allocation (resource.k8s.io/v1) and NVIDIA ComputeDomains, all optional (models/dra.py).
+    device_classes: Mapping[str, DeviceClassInfo] = field(default_factory=lambda: MappingProxyType({}))
+    resource_slices: tuple[ResourceSliceInfo, ...] = ()
+    resource_claims: tuple[ResourceClaimInfo, ...] = ()
+    # (namespace, name) -> template
+    claim_templates: Mapping[tuple[str, str], ResourceClaimTemplateInfo] = field(
+        default_factory=lambda: MappingProxyType({}))
+    compute_domains: tuple[ComputeDomainInfo, ...] = ()
 
     def memo(self, key: str, build: Callable[[Snapshot], T], *, network: bool = False) -> T:
         """Return the derived value `key`, building it with `build(self)` the first time.
