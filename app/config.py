@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from app.models.labels import DEFAULT_ZONE_LABEL
+from app.models.resources import DEFAULT_GPU_RESOURCES
 
 ENV_PREFIX = "TOPOGUARD_"
 # The Cilium agent DaemonSet's name (the cilium Helm chart's), in the namespace of `ciliumConfig`.
@@ -77,7 +78,8 @@ class Settings(BaseModel):
 
     zone_label: str = DEFAULT_ZONE_LABEL
     zone_identity_label: str = ""
-    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
+    # Exact names or `prefix*` patterns (models/resources.py); each matching resource is its own pool.
+    gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
     mode: Literal["pin", "colocate"] = "pin"
     enforcement: Literal["deny", "warn"] = "deny"
     # The agent's policy-enforcement mode. Given in the file, environment or flags (and not ""), it wins;
@@ -169,9 +171,11 @@ class Settings(BaseModel):
     @field_validator("gpu_resources")
     @classmethod
     def _resource_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [v for v in value if not _RESOURCE_NAME.fullmatch(v)]
+        bad = [v for v in value if not _RESOURCE_NAME.fullmatch(v[:-1] + "x" if v.count("*") == 1 and v.endswith("*") and "/" in v else v)]
         if bad:
-            raise ValueError(f"not an extended resource name (like nvidia.com/gpu): {', '.join(map(repr, bad))}")
+            raise ValueError(
+                f"not an extended resource name (like nvidia.com/gpu) or prefix pattern (like nvidia.com/mig-*): "
+                f"{', '.join(map(repr, bad))}")
         return value
 
 

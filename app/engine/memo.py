@@ -129,6 +129,8 @@ def _replica_key(replica: Replica, read: frozenset[str]) -> tuple[Hashable, ...]
         _labels(pod, read) if pod else (),
         _labels(leader, read) if leader else (),
         tuple(gpus.items()) if gpus else (),
+        tuple(replica.requests.items()) if replica.requests else (),
+        replica.claims,
         ports,
         replica.service_account,
         replica.host_network,

@@ -67,6 +67,8 @@ def make_replica(
         pod_labels=labels,
         index_label=index_label,
         gpus=dict(facts.gpus),
+        requests=dict(facts.requests),
+        claims=facts.claims,
         ports=ports if ports is not None else tuple(p.port for p in facts.ports),
         service_account=facts.service_account,
         host_network=facts.host_network,

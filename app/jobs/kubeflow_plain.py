@@ -211,6 +211,8 @@ def _build_replica(
             "is_coordinator": is_coordinator,
             "leader_labels": role.leader,
             "seed": {},
+            "requests": dict(facts.requests),
+            "claims": facts.claims,
         },
     )
     return replica, framework_port

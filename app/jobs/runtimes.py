@@ -39,7 +39,7 @@ from app.jobs.templates import (
     read_list,
     read_mapping,
     read_pod_template,
-    read_resources_gpus,
+    read_resources,
     read_str,
     type_name,
 )
@@ -198,7 +198,7 @@ def compose(
     nodes = read_int(trainer.get("numNodes"), "spec.trainer.numNodes", errors,
                      default=_int(ml_policy.get("numNodes"), 1), minimum=1)
     checked = len(errors)
-    read_resources_gpus(trainer.get("resourcesPerNode"), "spec.trainer.resourcesPerNode", errors,
+    read_resources(trainer.get("resourcesPerNode"), "spec.trainer.resourcesPerNode", errors,
                         gpu_resources=gpu_resources)
     if len(errors) == checked:  # a bad quantity is reported once, where the user wrote it
         for job in jobs:

@@ -22,7 +22,9 @@ from typing import Any, NamedTuple
 from app.jobs.errors import FieldError, LazyPath, render_path
 from app.jobs.records import build_record
 from app.models.cluster import ContainerPort
+from app.models.dra import PodClaimRef
 from app.models.job import UserPlacement
+from app.models.resources import gpu_matcher
 
 DEFAULT_SERVICE_ACCOUNT = "default"
 MAX_PORT = 65535
@@ -71,6 +73,11 @@ class PodFacts(NamedTuple):
     service_account: str
     host_network: bool
     placement: UserPlacement
+    # Every resource a pod asks for, as the scheduler sums it (NodeResourcesFit: containers and sidecars
+    # add up, each plain init container runs beside the sidecars started before it, plus spec.overhead):
+    # cpu in millicores, every other resource in whole base units (bytes, devices), rounded up.
+    requests: Mapping[str, int] = {}
+    claims: tuple[PodClaimRef, ...] = ()  # spec.resourceClaims, in order
 
 
 # Shared by every template without placement constraints (nothing writes to a parsed job).
@@ -146,28 +153,6 @@ def read_str(value: Any, at: LazyPath, errors: list[FieldError], *, default: str
 MAX_GPUS_PER_CONTAINER = 2**31 - 1
 
 
-def parse_whole_quantity(value: Any) -> int | None:
-    """An extended-resource quantity (`2`, `"2"`, `"2000m"`) as a whole number; None if it is not one."""
-    if type(value) is int:
-        return value if value >= 0 else None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float):
-        return int(value) if value.is_integer() and value >= 0 else None
-    if not isinstance(value, str):
-        return None
-    if value.isascii() and value.isdigit():  # "4": the common spelling, without the regex and Fraction
-        return int(value)
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        return None
-    scale = Fraction(10) ** int(match["exp"]) if match["exp"] else _SUFFIX_SCALE[match["suffix"] or ""]
-    amount = Fraction(match["num"]) * scale
-    return int(amount) if amount.denominator == 1 else None
-
-
 def read_pod_template(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> PodFacts:
     """Facts about the pods of a PodTemplateSpec (`{metadata, spec}`) at `at`.
 
@@ -198,10 +183,12 @@ def read_plain_pod_template(raw: Any, gpu_resources: Sequence[str]) -> PodFacts 
     spec = raw.get("spec")
     if labels is None or type(spec) is not dict or spec.get("initContainers") is not None:
         return None
+    if spec.get("resourceClaims") is not None or spec.get("overhead") is not None:
+        return None
     containers = _read_plain_containers(spec.get("containers"), gpu_resources)
     if containers is None:
         return None
-    names, ports, gpus = containers
+    names, ports, requests = containers
     service_account = spec.get("serviceAccountName")
     if service_account is not None and type(service_account) is not str:
         return None
@@ -219,19 +206,20 @@ def read_plain_pod_template(raw: Any, gpu_resources: Sequence[str]) -> PodFacts 
     if placement is None:
         return None
     return PodFacts(
-        labels, gpus, ports, names, service_account or DEFAULT_SERVICE_ACCOUNT, bool(host_network), placement
+        labels, _gpus_of(requests, gpu_resources), ports, names, service_account or DEFAULT_SERVICE_ACCOUNT,
+        bool(host_network), placement, requests,
     )
 
 
 def _read_plain_containers(
     value: Any, gpu_resources: Sequence[str]
 ) -> tuple[tuple[str, ...], tuple[NamedContainerPort, ...], dict[str, int]] | None:
-    """(names, ports, GPUs per pod) of a list of containers written the usual way; None otherwise."""
+    """(names, ports, requests per pod) of a list of containers written the usual way; None otherwise."""
     if type(value) is not list:
         return None
     names: list[str] = []
     ports: list[NamedContainerPort] = []
-    gpus: dict[str, int] = {}
+    requests: dict[str, int] = {}
     for container in value:
         name = container.get("name") if type(container) is dict else None
         if type(name) is not str:
@@ -255,24 +243,11 @@ def _read_plain_containers(
         if resources is not None:
             if type(resources) is not dict:
                 return None
-            container_gpus: dict[str, int] = {}
-            for section in ("requests", "limits"):  # limits last, so they win
-                values = resources.get(section)
-                if values is None:
-                    continue
-                if type(values) is not dict:
-                    return None
-                for resource in gpu_resources:
-                    if resource in values:
-                        amount = parse_whole_quantity(values[resource])
-                        if amount is None or amount > MAX_GPUS_PER_CONTAINER:
-                            return None
-                        container_gpus[resource] = amount
-            for resource, amount in container_gpus.items():
-                gpus[resource] = gpus.get(resource, 0) + amount
-    if gpus:
-        gpus = {r: n for r, n in sorted(gpus.items()) if n > 0}
-    return tuple(names), tuple(ports), gpus
+            amounts, problems = resource_amounts(resources, gpu_resources)
+            if problems:
+                return None
+            _add(requests, amounts)
+    return tuple(names), tuple(ports), {r: n for r, n in sorted(requests.items()) if n > 0}
 
 
 def _read_plain_placement(node_selector: Any, affinity: Any, tolerations: Any) -> UserPlacement | None:
@@ -360,14 +335,20 @@ def read_pod_spec(
     if not isinstance(host_network, bool):
         errors.append(FieldError(render_path((at, "hostNetwork")), f"must be a boolean, got {type_name(host_network)}"))
         host_network = False
+    requests = _pod_requests(containers, init_containers, errors, gpu_resources=gpu_resources)
+    if spec.get("overhead") is not None:  # RuntimeClass overhead, which the scheduler adds to the pod's requests
+        _add(requests, read_resources({"requests": spec.get("overhead")}, (at, "overhead"), errors,
+                                      gpu_resources=gpu_resources))
     return PodFacts(
         labels=dict(labels or {}),
-        gpus=_pod_gpus(containers, init_containers, errors, gpu_resources=gpu_resources),
+        gpus=_gpus_of(requests, gpu_resources),
         ports=ports,
         container_names=names,
         service_account=service_account or DEFAULT_SERVICE_ACCOUNT,
         host_network=host_network,
         placement=read_placement(spec, at, errors),
+        requests=requests,
+        claims=_read_claims(spec.get("resourceClaims"), (at, "resourceClaims"), errors),
     )
 
 
@@ -452,40 +433,104 @@ def _read_ports(container: Mapping[str, Any], at: LazyPath, errors: list[FieldEr
     return out
 
 
-def read_resources_gpus(
-    raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]
-) -> dict[str, int]:
-    """GPUs in a ResourceRequirements: limits win over requests (for extended resources they must match)."""
+# Past this no node has it (Kubernetes quantities are int64 in their base unit, millicores for cpu).
+MAX_QUANTITY = 2**63 - 1
+
+
+def parse_quantity(value: Any) -> Fraction | None:
+    """A Kubernetes resource.Quantity (`2`, `"500m"`, `"2Gi"`, `"1e3"`) as a number; None if it is none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Fraction(value) if value >= 0 else None
+    if isinstance(value, float):
+        return Fraction(value) if value >= 0 and value == value and value != float("inf") else None
+    if not isinstance(value, str):
+        return None
+    if value.isascii() and value.isdigit():
+        return Fraction(int(value))
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        return None
+    scale = Fraction(10) ** int(match["exp"]) if match["exp"] else _SUFFIX_SCALE[match["suffix"] or ""]
+    return Fraction(match["num"]) * scale
+
+
+def _units(name: str, amount: Fraction) -> int:
+    """`amount` of `name` in the units the scheduler compares: millicores for cpu, else base units, rounded up."""
+    if name == "cpu":
+        amount *= 1000
+    return -(-amount.numerator // amount.denominator)
+
+
+def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str]) -> tuple[dict[str, int], list[str]]:
+    """One container's requests per resource as the scheduler reads them, and what is wrong (`section/name: why`).
+
+    A request wins over a limit, and a limit stands in for an absent request (the apiserver's defaulting);
+    for GPUs (extended resources, where the two must be equal) the limit wins as before. GPUs must be
+    whole numbers.
+    """
+    is_gpu = gpu_matcher(gpu_resources)
+    out: dict[str, int] = {}
+    problems: list[str] = []
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if values is None:
+            continue
+        if not is_object(values):
+            problems.append(f"{section}\x00must be an object, got {type_name(values)}")
+            continue
+        for name, raw in values.items():
+            if not isinstance(name, str):
+                problems.append(f"{section}\x00{name}\x00must be a resource name")
+                continue
+            gpu = is_gpu(name)
+            if gpu and section == "requests" and name in out:
+                continue  # the limit wins
+            amount = parse_quantity(raw)
+            if amount is None or (gpu and amount.denominator != 1):
+                why = "must be a whole non-negative quantity" if gpu else "must be a non-negative quantity (like 500m, 2Gi)"
+                problems.append(f"{section}\x00{name}\x00{why}")
+                continue
+            units = _units(name, amount)
+            cap = MAX_GPUS_PER_CONTAINER if gpu else MAX_QUANTITY
+            if units > cap:
+                problems.append(f"{section}\x00{name}\x00{float(amount):.3g} is more than any node has"
+                                + (f" (at most {MAX_GPUS_PER_CONTAINER} per container)" if gpu else ""))
+                continue
+            out[name] = units
+    return {r: n for r, n in out.items() if n > 0}, problems
+
+
+def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> dict[str, int]:
+    """A ResourceRequirements' requests per resource (`resource_amounts`), each problem reported at its field."""
     resources = read_mapping(raw, at, errors)
     if not resources:
         return {}
-    out: dict[str, int] = {}
-    for section in ("requests", "limits"):  # limits last, so they win
-        values = read_mapping(resources.get(section), (at, section), errors)
-        for resource in gpu_resources:
-            if resource not in values:
-                continue
-            amount = parse_whole_quantity(values[resource])
-            if amount is None:
-                message = "must be a whole non-negative quantity"
-                errors.append(FieldError(render_path(((at, section), resource)), message))
-                continue
-            if amount > MAX_GPUS_PER_CONTAINER:
-                message = f"{amount:.3g} is more than any node has (at most {MAX_GPUS_PER_CONTAINER} per container)"
-                errors.append(FieldError(render_path(((at, section), resource)), message))
-                continue
-            out[resource] = amount
-    return {r: n for r, n in out.items() if n > 0}
+    amounts, problems = resource_amounts(resources, gpu_resources)
+    for problem in problems:
+        parts = problem.split("\x00")
+        where: LazyPath = (at, parts[0])
+        if len(parts) == 3:
+            where = (where, parts[1])
+        errors.append(FieldError(render_path(where), parts[-1]))
+    return amounts
 
 
-def _pod_gpus(
+def _gpus_of(requests: Mapping[str, int], gpu_resources: Sequence[str]) -> dict[str, int]:
+    """The GPU resources among a pod's requests (sorted by name)."""
+    is_gpu = gpu_matcher(gpu_resources)
+    return {r: n for r, n in sorted(requests.items()) if n > 0 and is_gpu(r)}
+
+
+def _pod_requests(
     containers: list[tuple[LazyPath, Mapping[str, Any]]],
     init_containers: list[tuple[LazyPath, Mapping[str, Any]]],
     errors: list[FieldError],
     *,
     gpu_resources: Sequence[str],
 ) -> dict[str, int]:
-    """A pod's effective GPU request, as the scheduler computes it.
+    """A pod's effective request per resource, as the scheduler computes it.
 
     Regular containers and restartable init containers (sidecars, `restartPolicy: Always`) run
     together and add up; each plain init container runs alone beside the sidecars started before
@@ -493,16 +538,16 @@ def _pod_gpus(
     """
     running: dict[str, int] = {}
     for at, container in containers:
-        _add(running, _container_gpus(container, at, errors, gpu_resources=gpu_resources))
+        _add(running, _container_requests(container, at, errors, gpu_resources=gpu_resources))
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
     for at, container in init_containers:
-        gpus = _container_gpus(container, at, errors, gpu_resources=gpu_resources)
+        amounts = _container_requests(container, at, errors, gpu_resources=gpu_resources)
         if container.get("restartPolicy") == "Always":
-            _add(sidecars, gpus)
+            _add(sidecars, amounts)
             continue
         during = dict(sidecars)
-        _add(during, gpus)
+        _add(during, amounts)
         for resource, amount in during.items():
             peak[resource] = max(peak.get(resource, 0), amount)
     _add(running, sidecars)
@@ -510,10 +555,25 @@ def _pod_gpus(
     return {r: n for r, n in sorted(total.items()) if n > 0}
 
 
-def _container_gpus(
+def _container_requests(
     container: Mapping[str, Any], at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]
 ) -> dict[str, int]:
-    return read_resources_gpus(container.get("resources"), (at, "resources"), errors, gpu_resources=gpu_resources)
+    return read_resources(container.get("resources"), (at, "resources"), errors, gpu_resources=gpu_resources)
+
+
+def _read_claims(raw: Any, at: LazyPath, errors: list[FieldError]) -> tuple[PodClaimRef, ...]:
+    """spec.resourceClaims: each entry's name and the template or claim it names."""
+    out: list[PodClaimRef] = []
+    for entry_at, entry in _read_objects_at(raw, at, errors):
+        name = read_str(entry.get("name"), (entry_at, "name"), errors)
+        template = read_str(entry.get("resourceClaimTemplateName"), (entry_at, "resourceClaimTemplateName"), errors)
+        claim = read_str(entry.get("resourceClaimName"), (entry_at, "resourceClaimName"), errors)
+        if template and claim:
+            errors.append(FieldError(render_path(entry_at),
+                                     "must set only one of resourceClaimName and resourceClaimTemplateName"))
+            continue
+        out.append(PodClaimRef(name, template, claim))
+    return tuple(out)
 
 
 def _add(into: dict[str, int], more: Mapping[str, int]) -> None:

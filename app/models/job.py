@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.models.cluster import ContainerPort
+from app.models.dra import PodClaimRef
 from app.models.network import PortRange
 
 RawJob = Mapping[str, Any]
@@ -50,6 +51,10 @@ class Replica:
     # Pod spec fields a new override entry of the adapter's own starts from (TrainJob: the lists a
     # runtime patch replaces, as composed from the runtime and every patch, so none is lost).
     seed: Mapping[str, Any] = field(default_factory=dict)
+    # Every resource each pod asks for as the scheduler sums it (cpu in millicores, else base units; GPUs
+    # included), and the DRA claims its template names (spec.resourceClaims).
+    requests: Mapping[str, int] = field(default_factory=dict)
+    claims: tuple[PodClaimRef, ...] = ()
 
     @property
     def gpus_per_pod(self) -> int:

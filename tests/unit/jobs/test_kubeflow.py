@@ -536,6 +536,7 @@ def test_whole_group_of_a_gpu_pytorchjob() -> None:
                 placement=UserPlacement(node_selector={}, node_selector_terms=(), tolerations=(toleration,)),
                 is_coordinator=False,
                 leader_labels={},
+                requests={"nvidia.com/gpu": 8},
             ),
         ),
         coordinator="Master",

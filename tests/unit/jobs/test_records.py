@@ -30,6 +30,8 @@ REPLICA = {
     "is_coordinator": False,
     "leader_labels": {},
     "seed": {},
+    "requests": {"nvidia.com/gpu": 4, "cpu": 4000},
+    "claims": (),
 }
 GROUP = {
     "api_version": "kubeflow.org/v1",

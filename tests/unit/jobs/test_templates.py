@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from app.jobs.errors import FieldError
-from app.jobs.templates import parse_whole_quantity, read_pod_template
+from fractions import Fraction
+
+from app.jobs.templates import parse_quantity, read_pod_template
 from tests.unit.jobs.builders import GPU, GPU_RESOURCES, container, template
 
 AMD = "amd.com/gpu"
@@ -25,8 +27,8 @@ AMD = "amd.com/gpu"
         pytest.param("20E-1", 2, id="negative exponent that makes a whole number"),
         pytest.param(2.0, 2, id="integral float from yaml"),
         pytest.param(" 3 ", 3, id="surrounding blanks"),
-        pytest.param("1.5", None, id="fraction is not a whole gpu"),
-        pytest.param("500m", None, id="milli fraction is not a whole gpu"),
+        pytest.param("1.5", Fraction(3, 2), id="a fraction"),
+        pytest.param("500m", Fraction(1, 2), id="milli units"),
         pytest.param(-1, None, id="negative integer"),
         pytest.param("-1", None, id="negative string"),
         pytest.param(True, None, id="boolean is not a quantity"),
@@ -34,8 +36,8 @@ AMD = "amd.com/gpu"
         pytest.param([], None, id="list is not a quantity"),
     ],
 )
-def test_parse_whole_quantity(value: Any, want: int | None) -> None:
-    assert parse_whole_quantity(value) == want
+def test_parse_quantity(value: Any, want: int | Fraction | None) -> None:
+    assert parse_quantity(value) == want
 
 
 def gpus_of(tpl: dict[str, Any]) -> tuple[dict[str, int], list[FieldError]]:
