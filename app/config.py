@@ -171,7 +171,9 @@ class Settings(BaseModel):
     @field_validator("gpu_resources")
     @classmethod
     def _resource_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [v for v in value if not _RESOURCE_NAME.fullmatch(v[:-1] + "x" if v.count("*") == 1 and v.endswith("*") and "/" in v else v)]
+        def named(v: str) -> str:  # a `prefix*` pattern is checked as a name ending in one more character
+            return v[:-1] + "x" if v.count("*") == 1 and v.endswith("*") and "/" in v else v
+        bad = [v for v in value if not _RESOURCE_NAME.fullmatch(named(v))]
         if bad:
             raise ValueError(
                 f"not an extended resource name (like nvidia.com/gpu) or prefix pattern (like nvidia.com/mig-*): "

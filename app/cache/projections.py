@@ -28,6 +28,7 @@ from app.models.cluster import (
     freeze,
 )
 from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, NAMESPACE_NAME_LABEL, ZONE_ANNOTATION
+from app.models.resources import node_resources
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy", "ClusterNetworkPolicy")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
@@ -136,6 +137,7 @@ def project_node(obj: Mapping[str, Any]) -> NodeInfo:
         unschedulable=_flag(spec.get("unschedulable")),
         pod_cidrs=_pod_cidrs(spec),
         unparsable=freeze(_unparsable(resources)),
+        resources=freeze(node_resources(resources)),
     )
 
 

@@ -21,6 +21,7 @@ from app.cache.errors import ApiError
 from app.config import Settings
 from app.engine import ledger
 from app.models.pods import PodIndexBuilder
+from app.models.resources import gpu_matcher
 
 # Non-terminal pods, bound or pending: the snapshot keeps the bound GPU pods (GPU capacity, DESIGN.md
 # step 3) and every pod of a training job (the audit: which zones its pods run in, which are pending).
@@ -71,6 +72,7 @@ def _pod_projector(gpu_resources: tuple[str, ...]) -> Projector:
     pending, CPU-only coordinators included; `ledger.is_job_pod`, the ledger's own matching); every other
     pod is dropped, so memory grows with GPU and training pods, not with the cluster's pods."""
     job_kinds = frozenset(projections.JOB_KINDS)
+    is_gpu = gpu_matcher(gpu_resources)
 
     def project(obj: Mapping[str, Any]) -> Any:
         pod = projections.project_pod(obj)
@@ -78,7 +80,7 @@ def _pod_projector(gpu_resources: tuple[str, ...]) -> Projector:
             return None  # the field selector already filters these; a stale MODIFIED may still carry one
         if ledger.is_job_pod(pod, job_kinds):
             return pod
-        if pod.node_name and any(pod.requests.get(name, 0) > 0 for name in gpu_resources):
+        if pod.node_name and any(n > 0 and is_gpu(name) for name, n in pod.requests.items()):
             return pod
         return None
 

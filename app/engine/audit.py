@@ -43,6 +43,7 @@ from app import jobs, policy
 from app.config import Settings
 from app.engine import capacity, ledger, memo
 from app.engine.flows import blocking_reasons
+from app.engine.gpus import gpu_kinds
 from app.models.cluster import JobInfo, PodInfo, Snapshot
 from app.models.job import Flow, JobShape, RoleShape
 from app.models.network import Endpoint, PortRange, Verdict
@@ -369,7 +370,7 @@ class _Pass:
                 "zone-closed",
                 f"Pending {who} pinned to {zone} cannot start: no ready, schedulable node is left in {zone}",
             )
-        gpu_resources = self.settings.gpu_resources
+        gpu_resources = gpu_kinds(self.snapshot, self.settings.gpu_resources)
         allocatable: Counter[str] = Counter()
         for cls in self.index.classes_in(zone):
             for resource in gpu_resources:

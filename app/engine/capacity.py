@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app.engine.gpus import gpu_kinds
 from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, canonical, freeze
 from app.models.labels import HOSTNAME_LABEL
 from app.models.pods import PodIndex, pod_index
@@ -56,6 +57,9 @@ class NodeSlot:
     labels: Mapping[str, str]
     free: Mapping[str, int]  # per GPU resource the node offers (allocatable minus held, floored at 0)
     allocatable: Mapping[str, int] | None = None  # per GPU resource as if nothing ran (None: same as free)
+    # Every other resource the node offers pods (cpu, memory, ..., extended resources): what the scheduler's
+    # NodeResourcesFit compares a pod's requests with.
+    capacity: Mapping[str, int] = field(default_factory=lambda: freeze({}))
 
     # NB: computed once a slot (slots are kept from one snapshot to the next, and pools read these for
     # every node they sort and count).
@@ -124,6 +128,8 @@ class NodeClass:
     free: Mapping[str, int]  # free GPUs per resource over all nodes of the class
     pool: Pool  # the same nodes, ready for packing
     allocatable: Mapping[str, int] = field(default_factory=lambda: freeze({}))  # allocatable GPUs over all its nodes
+    # The distinct `NodeSlot.capacity` of its nodes (one, most of the time: a pool is one instance type).
+    capacities: tuple[Mapping[str, int], ...] = ()
 
     def gpus_free(self, resources: Iterable[str]) -> int:
         return sum(self.free.get(r, 0) for r in resources)
@@ -196,9 +202,15 @@ def _group(
     return tuple((key, tuple(members)) for key, members in grouped.items())
 
 
-def _slot(node: NodeInfo, offered: Mapping[str, int], used: Mapping[str, int] | None) -> NodeSlot:
+def node_capacity(node: NodeInfo) -> Mapping[str, int]:
+    """What a node offers pods beside its GPUs, as the scheduler compares requests (cpu, memory, extended)."""
+    return freeze({**node.resources, **node.allocatable}) if node.resources else node.allocatable
+
+
+def _slot(node: NodeInfo, offered: Mapping[str, int], used: Mapping[str, int] | None,
+          capacity: Mapping[str, int]) -> NodeSlot:
     free: Mapping[str, int] = freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()}) if used else offered
-    return NodeSlot(node.name, node.labels, free, offered)
+    return NodeSlot(node.name, node.labels, free, offered, capacity)
 
 
 def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None, ...]) -> NodeClass:
@@ -214,7 +226,7 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
         changes = []
         for i in [i for i, (a, b) in enumerate(zip(last_used, used, strict=True)) if a is not b]:
             node, offered = members[i]
-            slots[i] = _slot(node, offered, used[i])
+            slots[i] = _slot(node, offered, used[i], last_slots[i].capacity)
             changes.append((last_slots[i], slots[i]))
         pool = last_class.pool.replaced(changes)
         totals = dict(last_class.free)
@@ -223,7 +235,8 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
                 totals[r] += n - old.free[r]
         made = dataclasses.replace(last_class, nodes=pool.nodes, free=freeze(totals), pool=pool)
     else:
-        slots = [_slot(node, offered, held) for (node, offered), held in zip(members, used, strict=True)]
+        slots = [_slot(node, offered, held, node_capacity(node))
+                 for (node, offered), held in zip(members, used, strict=True)]
         pool = Pool.of(slots, owner=f"{zone}#{number}")
         free: dict[str, int] = dict.fromkeys(offered_keys, 0)
         allocatable: dict[str, int] = dict.fromkeys(offered_keys, 0)
@@ -232,8 +245,9 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
                 free[r] += n
             for r, n in (slot.allocatable or {}).items():
                 allocatable[r] += n
+        capacities = {tuple(sorted(s.capacity.items())): s.capacity for s in pool.nodes}
         made = NodeClass(zone, freeze(dict(shared)), taints, frozenset(offered_keys), pool.nodes, freeze(free), pool,
-                         freeze(allocatable))
+                         freeze(allocatable), tuple(capacities.values()))
     state[:] = [(used, tuple(slots), made)]
     return made
 
@@ -284,7 +298,9 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
 
 
 def zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
-    """The memoised `build_zone_index` for this snapshot and these settings."""
+    """The memoised `build_zone_index` for this snapshot and these settings (`gpuResources` resolved by
+    `gpus.gpu_kinds`)."""
+    gpu_resources = gpu_kinds(snapshot, gpu_resources)
     memo_key = f"engine.zone-index/{zone_label}/{','.join(gpu_resources)}"
     return snapshot.memo(memo_key, lambda s: build_zone_index(s, zone_label=zone_label, gpu_resources=gpu_resources))
 

@@ -30,7 +30,8 @@ from app import policy
 from app.config import Settings
 from app.engine import capacity, lead, ledger, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
-from app.models.cluster import IdentityMemo, Snapshot, Taint, canonical
+from app.engine.gpus import gpu_kinds
+from app.models.cluster import IdentityMemo, Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
 from app.models.network import PolicyEnforcement
@@ -356,7 +357,7 @@ def warnings_for(run: Run) -> tuple[str, ...]:
 def unreadable_gpus(snapshot: Snapshot, gpu_resources: Sequence[str]) -> list[str]:
     """Nodes whose allocatable GPUs are not a quantity: counted as none, and said so (a pass over the nodes,
     once per tuple of nodes: the watch cache keeps the tuple while no node changes)."""
-    kinds = canonical(tuple(sorted(set(gpu_resources))))
+    kinds = gpu_kinds(snapshot, gpu_resources)
 
     def build() -> tuple[str, ...]:
         return tuple(

@@ -28,6 +28,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from app.engine.gpus import gpu_kinds
 from app.models import pods as pods_model
 from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, add_counts, canonical, freeze
 from app.models.labels import KF_OPERATOR_NAME
@@ -257,7 +258,8 @@ def stored_jobs(snapshot: Snapshot) -> frozenset[JobKey]:
 
 
 def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
-    """The memoised `build_ledger` of this snapshot."""
+    """The memoised `build_ledger` of this snapshot (`gpuResources` resolved by `gpus.gpu_kinds`)."""
+    gpu_resources = gpu_kinds(snapshot, gpu_resources)
     key = f"{LEDGER_MEMO_KEY}/{','.join(gpu_resources)}"
     return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources))
 

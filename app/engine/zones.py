@@ -22,6 +22,7 @@ from app.engine import nodes
 from app.engine.capacity import NodeClass, Pool, ZoneIndex
 from app.models.cluster import Taint
 from app.models.job import JobGroup, Replica, UserPlacement
+from app.models.resources import is_extended
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,67 @@ def _offers(cls: NodeClass, replica: Replica) -> bool:
     return all(r in cls.gpu_resources for r, n in replica.gpus.items() if n > 0)
 
 
+def resource_need(replica: Replica) -> Mapping[str, int]:
+    """What each pod of the replica asks for beside its GPUs (which packing counts)."""
+    return {r: n for r, n in replica.requests.items() if r not in replica.gpus}
+
+
+def fits_resources(need: Mapping[str, int], capacity: Mapping[str, int]) -> bool:
+    """Whether a node offering `capacity` passes the scheduler's NodeResourcesFit for a pod asking `need` (at
+    allocatable). A cpu/memory/ephemeral-storage figure the node does not report is not judged; an extended
+    resource it lacks it has none of."""
+    for resource, amount in need.items():
+        have = capacity.get(resource)
+        if have is None:
+            if is_extended(resource):
+                return False
+            continue
+        if have < amount:
+            return False
+    return True
+
+
+def _sized(need: Mapping[str, int], matched: Sequence[tuple[NodeClass, Pool]]) -> list[tuple[NodeClass, Pool]]:
+    """The matched nodes big enough for a pod asking `need`: whole classes where every node is (the usual
+    case, decided on the class's few distinct capacities), else the nodes that are, one by one."""
+    if not need:
+        return list(matched)
+    out = []
+    for cls, pool in matched:
+        fitting = sum(1 for c in cls.capacities if fits_resources(need, c))
+        if fitting == len(cls.capacities):
+            out.append((cls, pool))
+        elif fitting:
+            picked = [n for n in pool.nodes if fits_resources(need, n.capacity)]
+            if picked:
+                out.append((cls, Pool.of(picked, owner=cls.pool.owner)))
+    return out
+
+
+def format_amount(resource: str, amount: int) -> str:
+    """`cpu 500m`, `cpu 4`, `memory 2Gi`, `example.com/fpga 1` (the scheduler's units back to quantities)."""
+    if resource == "cpu":
+        return f"cpu {amount // 1000}" if amount % 1000 == 0 else f"cpu {amount}m"
+    if is_extended(resource) or resource == "pods":
+        return f"{resource} {amount}"
+    for suffix, scale in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if amount >= scale and amount % scale == 0:
+            return f"{resource} {amount // scale}{suffix}"
+    return f"{resource} {amount}"
+
+
+def _too_small(replica: Replica, need: Mapping[str, int], matched: Sequence[tuple[NodeClass, Pool]]) -> ReplicaFit:
+    """The failure of a replica whose pods no matched node can hold: what it asks and the most any node has."""
+    short = []
+    for resource, amount in sorted(need.items()):
+        best = max((c.get(resource, 0) for cls, _ in matched for c in cls.capacities), default=0)
+        if best < amount:
+            short.append(f"{format_amount(resource, amount)} (the largest node has {format_amount(resource, best)})")
+    if not short:  # each resource fits some node, but no node fits them all
+        short = [", ".join(format_amount(r, n) for r, n in sorted(need.items())) + " together"]
+    return _failed(replica, "no node it may use offers " + "; ".join(short))
+
+
 def _failed(replica: Replica, why: str) -> ReplicaFit:
     return ReplicaFit(replica.key, (), (), (), f"{replica.key} cannot run here: {why}")
 
@@ -156,7 +218,11 @@ def _gpu_fit(
         )
         hint = EXTENDED_RESOURCE_HINT if gpu_taint else ""
         return _failed(replica, f"it does not tolerate taint {blocking} of the {resources} nodes{hint}")
-    return ReplicaFit(replica.key, tuple(s for _, s in usable), tuple(c for c, _ in usable), (), "")
+    need = resource_need(replica)
+    sized = _sized(need, usable)
+    if not sized:
+        return _too_small(replica, need, usable)
+    return ReplicaFit(replica.key, tuple(s for _, s in sized), tuple(c for c, _ in sized), (), "")
 
 
 def _cpu_fit(
@@ -174,9 +240,13 @@ def _cpu_fit(
         return _failed(
             replica, f"it does not tolerate taint {_blocking(matched, replica, pool_taints)} of the nodes it selects"
         )
+    need = resource_need(replica)
+    sized = _sized(need, usable)
+    if not sized:
+        return _too_small(replica, need, usable)
     # Tolerate every GPU-pool taint the replica lacks, so it can share the GPU nodes (the lab's fix).
     add = tuple(sorted(nodes.untolerated(pool_taints, replica.placement.tolerations), key=taint_order))
-    return ReplicaFit(replica.key, tuple(s for _, s in usable), tuple(c for c, _ in usable), add, "")
+    return ReplicaFit(replica.key, tuple(s for _, s in sized), tuple(c for c, _ in sized), add, "")
 
 
 def taint_order(taint: Taint) -> tuple[str, str, str]:

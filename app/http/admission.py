@@ -579,7 +579,8 @@ def _placement(group: JobGroup) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     for r in group.replicas:
         spec = _mapping(r.template.get("spec"))
-        out.append((r.key, r.count, dict(r.gpus), dict(r.requests), r.claims, r.ports, r.host_network, r.service_account, dict(r.pod_labels),
+        out.append((r.key, r.count, dict(r.gpus), dict(r.requests), r.claims, r.ports, r.host_network,
+                    r.service_account, dict(r.pod_labels),
                     dict(r.leader_labels), tuple(spec.get(f) for f in PLACEMENT_SPEC_FIELDS), r.placement))
     return out
 

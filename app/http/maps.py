@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from app import engine, jobs, policy
 from app.config import Settings
 from app.engine import audit, capacity, ledger
+from app.engine.gpus import gpu_kinds
 from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...]) -> dict[str, dict[str, int]]:
     """Per zone: nodes, GPU nodes, allocatable-minus-held GPUs (Ready, schedulable nodes only), and the
     GPUs admitted jobs reserve there (engine/ledger.py; this replica's in-flight holds not included)."""
+    gpu_resources = gpu_kinds(snapshot, gpu_resources)
     index = capacity.zone_index(snapshot, zone_label=zone_label, gpu_resources=gpu_resources)
     reserved = ledger.ledger_of(snapshot, gpu_resources=gpu_resources).by_zone  # the stored jobs' reservations
     out: dict[str, dict[str, int]] = {}

@@ -14,9 +14,7 @@ slower generic `isinstance(x, Mapping)`, which still accepts any other mapping.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError, LazyPath, render_path
@@ -24,35 +22,12 @@ from app.jobs.records import build_record
 from app.models.cluster import ContainerPort
 from app.models.dra import PodClaimRef
 from app.models.job import UserPlacement
-from app.models.resources import gpu_matcher
+from app.models.resources import gpu_matcher, parse_quantity, scheduler_units
 
 DEFAULT_SERVICE_ACCOUNT = "default"
 MAX_PORT = 65535
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"  # nodeAffinity's hard constraints
-
-# Kubernetes resource.Quantity, restricted to what an extended resource may hold.
-_QUANTITY = re.compile(
-    r"^\+?(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exp>[+-]?[0-9]{1,3}))?$"
-)
-_SUFFIX_SCALE: Mapping[str, Fraction] = {
-    "": Fraction(1),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-
 
 # Records internal to app/jobs are NamedTuples: immutable like frozen dataclasses, and about a third
 # of the cost to build (a frozen dataclass sets each field through object.__setattr__).
@@ -437,32 +412,6 @@ def _read_ports(container: Mapping[str, Any], at: LazyPath, errors: list[FieldEr
 MAX_QUANTITY = 2**63 - 1
 
 
-def parse_quantity(value: Any) -> Fraction | None:
-    """A Kubernetes resource.Quantity (`2`, `"500m"`, `"2Gi"`, `"1e3"`) as a number; None if it is none."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return Fraction(value) if value >= 0 else None
-    if isinstance(value, float):
-        return Fraction(value) if value >= 0 and value == value and value != float("inf") else None
-    if not isinstance(value, str):
-        return None
-    if value.isascii() and value.isdigit():
-        return Fraction(int(value))
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        return None
-    scale = Fraction(10) ** int(match["exp"]) if match["exp"] else _SUFFIX_SCALE[match["suffix"] or ""]
-    return Fraction(match["num"]) * scale
-
-
-def _units(name: str, amount: Fraction) -> int:
-    """`amount` of `name` in the units the scheduler compares: millicores for cpu, else base units, rounded up."""
-    if name == "cpu":
-        amount *= 1000
-    return -(-amount.numerator // amount.denominator)
-
-
 def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str]) -> tuple[dict[str, int], list[str]]:
     """One container's requests per resource as the scheduler reads them, and what is wrong (`section/name: why`).
 
@@ -489,10 +438,11 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
                 continue  # the limit wins
             amount = parse_quantity(raw)
             if amount is None or (gpu and amount.denominator != 1):
-                why = "must be a whole non-negative quantity" if gpu else "must be a non-negative quantity (like 500m, 2Gi)"
+                why = ("must be a whole non-negative quantity" if gpu
+                       else "must be a non-negative quantity (like 500m, 2Gi)")
                 problems.append(f"{section}\x00{name}\x00{why}")
                 continue
-            units = _units(name, amount)
+            units = scheduler_units(name, amount)
             cap = MAX_GPUS_PER_CONTAINER if gpu else MAX_QUANTITY
             if units > cap:
                 problems.append(f"{section}\x00{name}\x00{float(amount):.3g} is more than any node has"

@@ -150,6 +150,9 @@ class NodeInfo:
     # written: counted as 0 in `allocatable` and reported (engine warnings), never silently.
     unparsable: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pod_cidrs: tuple[str, ...] = ()  # spec.podCIDRs (else spec.podCIDR): the pod IP ranges of the node
+    # Allocatable cpu (millicores), memory, ephemeral-storage, hugepages-* (bytes), as the node reports them
+    # (models/resources.py node_resources); one it does not report is not judged.
+    resources: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pytest
 
 from app.jobs.errors import FieldError
-from fractions import Fraction
-
 from app.jobs.templates import parse_quantity, read_pod_template
 from tests.unit.jobs.builders import GPU, GPU_RESOURCES, container, template
 
