@@ -426,7 +426,7 @@ def project_device_class(obj: Mapping[str, Any]) -> DeviceClassInfo:
     selectors = _cel_selectors(spec.get("selectors"), problems, "spec")
     return DeviceClassInfo(name=_str(meta.get("name")), selectors=selectors,
                            extended_resource_name=_str(spec.get("extendedResourceName")),
-                           problem="; ".join(problems))
+                           problem="; ".join(problems), created=_text(meta.get("creationTimestamp")))
 
 
 def _counters(value: Any, problems: list[str], where: str) -> Mapping[str, int]:

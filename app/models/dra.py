@@ -98,6 +98,7 @@ class DeviceClassInfo:
     extended_resource_name: str = ""  # spec.extendedResourceName ("" when unset)
     # Why part of the class could not be read (a selector that is no CEL expression): "" when none.
     problem: str = ""
+    created: str = ""  # metadata.creationTimestamp (RFC 3339): of two classes mapping one name, the newer wins
 
 
 @dataclass(frozen=True, slots=True)
