@@ -250,7 +250,10 @@ def _node_views(
         for node_name, view in named.items():
             yield node_name, view + counters_only
         return
-    for node in (*nodes, *(NodeInfo(n, _EMPTY, (), _EMPTY, False, False) for n in named if n not in by_name)):
+    for node_name, view in named.items():
+        if node_name not in by_name:  # a node the snapshot does not hold: only what names it reaches it
+            yield node_name, view + counters_only
+    for node in nodes:
         view = named.get(node.name, []) + counters_only
         for s in elsewhere:
             if s.per_device_node_selection:
