@@ -441,6 +441,22 @@ def _counters(value: Any, problems: list[str], where: str) -> Mapping[str, int]:
     return freeze(out)
 
 
+_SHARED_VALUES: dict[Any, Any] = {}
+
+
+def _shared(value: Any) -> Any:
+    """One object for equal short attribute values (a model name, "gpu", a driver version): thousands of devices
+    write the same ones, so the projections hold each once (bounded: a full table is started again)."""
+    if isinstance(value, str) and len(value) <= 64:
+        found = _SHARED_VALUES.get(value)
+        if found is None:
+            if len(_SHARED_VALUES) >= 65_536:
+                _SHARED_VALUES.clear()
+            found = _SHARED_VALUES[value] = value
+        return found
+    return value
+
+
 def _device(raw: Any, problems: list[str]) -> Device | None:
     device = _dict(raw)
     name = _str(device.get("name"))
@@ -457,13 +473,13 @@ def _device(raw: Any, problems: list[str]) -> Device | None:
             kind == "int" and isinstance(raw_value, int) and not isinstance(raw_value, bool)) or (
             kind == "bool" and isinstance(raw_value, bool))
         if ok:
-            attributes[str(key)] = raw_value
+            attributes[_shared(str(key))] = _shared(raw_value)
         else:
             unreadable.append(str(key))
     if unreadable:
         problems.append(f"device {name}: attribute{'s' if len(unreadable) > 1 else ''} "
                         f"{', '.join(sorted(unreadable))} of no known type (string, int, bool, version)")
-    capacity = {str(k): _dict(v).get("value") for k, v in _dict(device.get("capacity")).items()}
+    capacity = {_shared(str(k)): _shared(_dict(v).get("value")) for k, v in _dict(device.get("capacity")).items()}
     taints = tuple(DeviceTaint(_str(_dict(t).get("key")), _text(_dict(t).get("value")), _str(_dict(t).get("effect")))
                    for t in _list(device.get("taints")))
     consumes = tuple(

@@ -208,21 +208,23 @@ def device_view(driver: str, device: Device) -> dict[str, Any]:
             "allowMultipleAllocations": device.allow_multiple_allocations}
 
 
-def read_key(selector: Selector, driver: str, device: Device, view: Mapping[str, Any]) -> Any:
-    """What `selector`'s result depends on for this device: equal keys, equal results."""
+def read_key(selector: Selector, driver: str, device: Device) -> Any:
+    """What `selector`'s result depends on for this device (read from the device as written, without building
+    its view): equal keys, equal results."""
     if selector.reads is None:
-        return (driver, device.allow_multiple_allocations, _frozen(view["attributes"]), _frozen(view["capacity"]))
+        return (driver, device.allow_multiple_allocations, tuple(sorted(device.attributes.items())),
+                tuple(sorted((k, str(v)) for k, v in device.capacity.items())))
     values = []
     for where, domain, name in selector.reads:
-        values.append(view[where].get(domain, {}).get(name, _ABSENT))
+        source = device.attributes if where == "attributes" else device.capacity
+        value = source.get(f"{domain}/{name}", _ABSENT)
+        if value is _ABSENT and domain == driver:
+            value = source.get(name, _ABSENT)  # written bare: the driver's own domain
+        values.append(value if where == "attributes" or value is _ABSENT else str(value))
     return (driver, device.allow_multiple_allocations, tuple(values))
 
 
 _ABSENT = object()
-
-
-def _frozen(by_domain: Mapping[str, Mapping[str, Any]]) -> tuple[Any, ...]:
-    return tuple(sorted((d, tuple(sorted(v.items()))) for d, v in by_domain.items()))
 
 
 @dataclass(frozen=True)

@@ -274,23 +274,20 @@ def _match_slice(
     faults: dict[int, str] = {}
     driver = slice_.driver
     for position, device in enumerate(slice_.devices):
-        if any(t.effect in BLOCKING_TAINT_EFFECTS for t in device.taints):
+        if device.taints and any(t.effect in BLOCKING_TAINT_EFFECTS for t in device.taints):
             continue
-        view: dict[str, Any] | None = None
         for index, selectors in enumerate(compiled):
             matched = True
             for selector in selectors:
                 if selector.fault:
                     matched = False
                     break
-                if view is None:
-                    view = cel.device_view(driver, device)
-                fault = _unreadable_read(selector, driver, device)
+                fault = _unreadable_read(selector, driver, device) if device.unreadable else ""
                 if fault:
                     faults.setdefault(index, f"ResourceSlice {slice_.name} device {device.name}: {fault}")
                     matched = False
                     break
-                outcome = _evaluate(selector, driver, device, view)
+                outcome = _evaluate(selector, driver, device)
                 if outcome.fault:
                     faults.setdefault(index, outcome.fault)
                 if not outcome.matches:
@@ -312,12 +309,12 @@ def _unreadable_read(selector: cel.Selector, driver: str, device: Device) -> str
 _RESULTS: dict[tuple[str, Any], cel.Outcome] = {}
 
 
-def _evaluate(selector: cel.Selector, driver: str, device: Device, view: Mapping[str, Any]) -> cel.Outcome:
+def _evaluate(selector: cel.Selector, driver: str, device: Device) -> cel.Outcome:
     """One evaluation per distinct expression and distinct values it reads (cel.read_key)."""
-    memo_key = (selector.expression, cel.read_key(selector, driver, device, view))
+    memo_key = (selector.expression, cel.read_key(selector, driver, device))
     found = _RESULTS.get(memo_key)
     if found is None:
-        found = cel.evaluate(selector, view)
+        found = cel.evaluate(selector, cel.device_view(driver, device))
         if len(_RESULTS) > 100_000:
             _RESULTS.clear()
         _RESULTS[memo_key] = found
@@ -374,7 +371,7 @@ def _counters_left(
         return None
     for s in view:
         for device in s.devices:
-            if device.consumes_counters and (driver, pool, device.name) in allocated:
+            if device.consumes_counters and (driver, pool, device.name) in allocated:  # few: partitionable only
                 for use in device.consumes_counters:
                     have = left.setdefault(use.counter_set, {})
                     for counter, amount in use.counters.items():

@@ -36,18 +36,19 @@ _DECIMAL: dict[str, Fraction | int] = {"n": Fraction(1, 10**9), "u": Fraction(1,
                                       "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
-def parse_quantity(value: Any) -> Fraction | None:
-    """A quantity as written (`80Gi`, `9856Mi`, `132`, `500m`, `1e3`, or a number) as an exact number;
-    None when it is no quantity."""
+def parse_quantity(value: Any) -> Fraction | int | None:
+    """A quantity as written (`80Gi`, `9856Mi`, `132`, `500m`, `1e3`, or a number) as an exact number (an int
+    when it is whole and written without a fraction); None when it is no quantity."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return Fraction(value)
+        return value
     text = str(value).strip() if isinstance(value, str | float) else ""
     match = _QUANTITY.fullmatch(text)
     if match is None or len(text) > 64:
         return None
-    number, suffix = Fraction(match.group(1)), match.group(2) or ""
+    digits, suffix = match.group(1), match.group(2) or ""
+    number: Fraction | int = int(digits) if digits.lstrip("+-").isdecimal() else Fraction(digits)
     if suffix in _BINARY:
         return number * _BINARY[suffix]
     if suffix in _DECIMAL:
@@ -60,9 +61,11 @@ def parse_quantity(value: Any) -> Fraction | None:
     return number
 
 
-def milli(value: Fraction) -> int:
+def milli(value: Fraction | int) -> int:
     """A quantity in thousandths, rounded up (how counters and capacities are compared: exact for every
     quantity written with at most three decimals, as Kubernetes keeps them)."""
+    if isinstance(value, int):
+        return value * 1000
     scaled = value * 1000
     return -((-scaled.numerator) // scaled.denominator)
 
