@@ -25,6 +25,10 @@ CILIUM_AGENT_DAEMONSET = "cilium"
 DEFAULT_CILIUM_CONFIG = "kube-system/cilium-config"
 
 
+# A DeviceClass name (a DNS subdomain) with fnmatch wildcards: *, ?, [...].
+_CLASS_PATTERN = re.compile(r"[a-z0-9*?\[\]!.-]{1,253}")
+
+
 class ConfigError(ValueError):
     """The config file, environment or flags hold an unusable value."""
 
@@ -80,6 +84,8 @@ class Settings(BaseModel):
     zone_identity_label: str = ""
     # Exact names or `prefix*` patterns (models/resources.py); each matching resource is its own pool.
     gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
+    # fnmatch patterns over DRA DeviceClass names: the classes whose devices are GPUs (app/engine/devices.py).
+    gpu_device_classes: tuple[str, ...] = ("*gpu*", "mig.nvidia.com")
     mode: Literal["pin", "colocate"] = "pin"
     enforcement: Literal["deny", "warn"] = "deny"
     # The agent's policy-enforcement mode. Given in the file, environment or flags (and not ""), it wins;
@@ -153,7 +159,7 @@ class Settings(BaseModel):
         namespace, _, name = self.cilium_config.partition("/")
         return namespace, name, CILIUM_AGENT_DAEMONSET
 
-    @field_validator("gpu_resources", mode="before")
+    @field_validator("gpu_resources", "gpu_device_classes", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         """`a,b` (the env form) or a YAML/JSON flow list `[a, b]` (what the chart's values look like)."""
@@ -178,6 +184,15 @@ class Settings(BaseModel):
             raise ValueError(
                 f"not an extended resource name (like nvidia.com/gpu) or prefix pattern (like nvidia.com/mig-*): "
                 f"{', '.join(map(repr, bad))}")
+        return value
+
+    @field_validator("gpu_device_classes")
+    @classmethod
+    def _class_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not _CLASS_PATTERN.fullmatch(v)]
+        if bad:
+            raise ValueError("not a DeviceClass name pattern (like *gpu* or gpu.nvidia.com): "
+                             + ", ".join(map(repr, bad)))
         return value
 
 

@@ -287,8 +287,8 @@ def _project(
     objects: Iterable[Mapping[str, Any]], gpu_resources: tuple[str, ...], cilium_config: str
 ) -> dict[str, Any]:
     """The Snapshot fields projected from `objects`, each object projected as it comes and then dropped."""
-    nodes, pods, policies, jobs = [], [], [], []
-    namespaces, groups, runtimes = {}, {}, {}
+    nodes, pods, policies, jobs, slices, claims, domains = [], [], [], [], [], [], []
+    namespaces, groups, runtimes, classes, templates = {}, {}, {}, {}, {}
     config_map: ConfigMapInfo | None = None
     image = ""
     where = cilium_config.split("/", 1) if cilium_config else None
@@ -318,6 +318,18 @@ def _project(
             job := projections.project_job(obj, gpu_resources=gpu_resources)
         ) is not None:
             jobs.append(job)
+        elif kind == "DeviceClass":
+            device_class = projections.project_device_class(obj)
+            classes[device_class.name] = device_class
+        elif kind == "ResourceSlice":
+            slices.append(projections.project_resource_slice(obj))
+        elif kind == "ResourceClaim":
+            claims.append(projections.project_resource_claim(obj))
+        elif kind == "ResourceClaimTemplate":
+            template = projections.project_claim_template(obj)
+            templates[(template.namespace, template.name)] = template
+        elif kind == "ComputeDomain":
+            domains.append(projections.project_compute_domain(obj))
     return {
         "nodes": tuple(nodes),
         "namespaces": MappingProxyType(namespaces),
@@ -329,6 +341,11 @@ def _project(
         "cilium_config": config_map.data if config_map else None,
         "cilium_config_labels": config_map.labels if config_map else MappingProxyType({}),
         "cilium_image": image,
+        "device_classes": MappingProxyType(classes),
+        "resource_slices": tuple(slices),
+        "resource_claims": tuple(claims),
+        "claim_templates": MappingProxyType(templates),
+        "compute_domains": tuple(domains),
     }
 
 

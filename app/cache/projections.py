@@ -27,6 +27,20 @@ from app.models.cluster import (
     TrainingRuntimeInfo,
     freeze,
 )
+from app.models.dra import (
+    AllocatedDevice,
+    ComputeDomainInfo,
+    CounterUse,
+    Device,
+    DeviceClassInfo,
+    DeviceRequest,
+    DeviceTaint,
+    ResourceClaimInfo,
+    ResourceClaimTemplateInfo,
+    ResourceSliceInfo,
+    milli,
+    parse_quantity,
+)
 from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, NAMESPACE_NAME_LABEL, ZONE_ANNOTATION
 from app.models.resources import node_resources
 
@@ -35,7 +49,9 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 # The training-job kinds the snapshot keeps (every kind topoguard places).
 JOB_KINDS = tuple(sorted({kind for _, kind in (*kubeflow.FRAMEWORKS, (jobset.API_VERSION, jobset.KIND),
                                                 (trainjob.API_VERSION, trainjob.KIND))}))
-KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup", *RUNTIME_KINDS, *JOB_KINDS)
+# Dynamic Resource Allocation (resource.k8s.io/v1) and NVIDIA ComputeDomains: all optional APIs.
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain")
+KNOWN_KINDS = ("Node", "Namespace", "Pod", *POLICY_KINDS, "CiliumCIDRGroup", *RUNTIME_KINDS, *JOB_KINDS, *DRA_KINDS)
 # The GPU resources a job's shape is derived with when the caller names none (settings `gpuResources`).
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = Settings.model_fields["gpu_resources"].default
 STANDARD_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
@@ -378,3 +394,223 @@ def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFA
         shape=shape,
         source=source,
     )
+
+
+# --- Dynamic Resource Allocation (resource.k8s.io/v1) and NVIDIA ComputeDomains --------------------
+# Field names and shapes: k8s.io/api resource/v1 types.go (research/gpus-2026.md section 3). Odd input
+# never raises: what cannot be read is left out and named in the projection's `problem`.
+
+# A device attribute's value is exactly one of these (DeviceAttribute: string, int, bool, version).
+_ATTRIBUTE_TYPES = ("string", "int", "bool", "version")
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _cel_selectors(selectors: Any, problems: list[str], where: str) -> tuple[str, ...]:
+    """`selectors[].cel.expression` as written; a selector that is no CEL expression is a problem (the
+    class or request then cannot be evaluated: the counter reports it, never skips it)."""
+    out = []
+    for i, selector in enumerate(_list(selectors)):
+        expression = _dict(_dict(selector).get("cel")).get("expression")
+        if isinstance(expression, str) and expression.strip():
+            out.append(expression)
+        else:
+            problems.append(f"{where} selector {i} has no CEL expression")
+            out.append("")  # evaluates as no expression at all: the counter names it unknown
+    return tuple(out)
+
+
+def project_device_class(obj: Mapping[str, Any]) -> DeviceClassInfo:
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    problems: list[str] = []
+    selectors = _cel_selectors(spec.get("selectors"), problems, "spec")
+    return DeviceClassInfo(name=_str(meta.get("name")), selectors=selectors,
+                           extended_resource_name=_str(spec.get("extendedResourceName")),
+                           problem="; ".join(problems), created=_text(meta.get("creationTimestamp")))
+
+
+def _counters(value: Any, problems: list[str], where: str) -> Mapping[str, int]:
+    """`{name: {value: quantity}}` as thousandths (models.dra.milli); an unreadable amount is a problem."""
+    out = {}
+    for name, counter in _dict(value).items():
+        amount = parse_quantity(_dict(counter).get("value"))
+        if amount is None:
+            problems.append(f"{where} counter {name} has no quantity")
+            continue
+        out[str(name)] = milli(amount)
+    return freeze(out)
+
+
+_SHARED_VALUES: dict[Any, Any] = {}
+
+
+def _shared(value: Any) -> Any:
+    """One object for equal short attribute values (a model name, "gpu", a driver version): thousands of devices
+    write the same ones, so the projections hold each once (bounded: a full table is started again)."""
+    if isinstance(value, str) and len(value) <= 64:
+        found = _SHARED_VALUES.get(value)
+        if found is None:
+            if len(_SHARED_VALUES) >= 65_536:
+                _SHARED_VALUES.clear()
+            found = _SHARED_VALUES[value] = value
+        return found
+    return value
+
+
+def _device(raw: Any, problems: list[str]) -> Device | None:
+    device = _dict(raw)
+    name = _str(device.get("name"))
+    if not name:
+        problems.append("a device has no name")
+        return None
+    attributes: dict[str, Any] = {}
+    unreadable = []
+    for key, value in _dict(device.get("attributes")).items():
+        typed = [t for t in _ATTRIBUTE_TYPES if t in _dict(value)]
+        raw_value = _dict(value).get(typed[0]) if len(typed) == 1 else None
+        kind = typed[0] if len(typed) == 1 else ""
+        ok = (kind in ("string", "version") and isinstance(raw_value, str)) or (
+            kind == "int" and isinstance(raw_value, int) and not isinstance(raw_value, bool)) or (
+            kind == "bool" and isinstance(raw_value, bool))
+        if ok:
+            attributes[_shared(str(key))] = _shared(raw_value)
+        else:
+            unreadable.append(str(key))
+    if unreadable:
+        problems.append(f"device {name}: attribute{'s' if len(unreadable) > 1 else ''} "
+                        f"{', '.join(sorted(unreadable))} of no known type (string, int, bool, version)")
+    capacity = {_shared(str(k)): _shared(_dict(v).get("value")) for k, v in _dict(device.get("capacity")).items()}
+    taints = tuple(DeviceTaint(_str(_dict(t).get("key")), _text(_dict(t).get("value")), _str(_dict(t).get("effect")))
+                   for t in _list(device.get("taints")))
+    consumes = tuple(
+        CounterUse(_str(_dict(c).get("counterSet")),
+                   _counters(_dict(c).get("counters"), problems, f"device {name}"))
+        for c in _list(device.get("consumesCounters")))
+    selector = device.get("nodeSelector")
+    return Device(
+        name=name,
+        attributes=freeze(attributes),
+        capacity=freeze(capacity),
+        taints=taints,
+        consumes_counters=consumes,
+        node_name=_str(device.get("nodeName")),
+        node_selector=freeze(selector) if isinstance(selector, Mapping) else None,
+        all_nodes=_flag(device.get("allNodes")),
+        allow_multiple_allocations=_flag(device.get("allowMultipleAllocations")),
+        unreadable=tuple(sorted(unreadable)),
+    )
+
+
+def project_resource_slice(obj: Mapping[str, Any]) -> ResourceSliceInfo:
+    """A ResourceSlice. Without a pool name, or with an unreadable generation or slice count, it offers no
+    device (`problem` says why): the scheduler cannot allocate from a pool it cannot tell complete."""
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    problems: list[str] = []
+    pool = _dict(spec.get("pool"))
+    generation, count = pool.get("generation", 0), pool.get("resourceSliceCount", 1)
+    if not _str(pool.get("name")):
+        problems.append("spec.pool has no name")
+    if not (isinstance(generation, int) and not isinstance(generation, bool) and generation >= 0):
+        problems.append(f"spec.pool.generation {generation!r} is no count")
+        generation = -1
+    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
+        problems.append(f"spec.pool.resourceSliceCount {count!r} is no positive count")
+        count = 0
+    devices = tuple(d for d in (_device(raw, problems) for raw in _list(spec.get("devices"))) if d is not None)
+    shared = {}
+    for counter_set in _list(spec.get("sharedCounters")):
+        set_name = _str(_dict(counter_set).get("name"))
+        shared[set_name] = _counters(_dict(counter_set).get("counters"), problems, f"counter set {set_name}")
+    selector = spec.get("nodeSelector")
+    return ResourceSliceInfo(
+        name=_str(meta.get("name")),
+        driver=_str(spec.get("driver")),
+        pool=_str(pool.get("name")),
+        generation=generation,
+        slice_count=count,
+        node_name=_str(spec.get("nodeName")),
+        node_selector=freeze(selector) if isinstance(selector, Mapping) else None,
+        all_nodes=_flag(spec.get("allNodes")),
+        per_device_node_selection=_flag(spec.get("perDeviceNodeSelection")),
+        devices=devices,
+        shared_counters=freeze(shared),
+        problem="; ".join(problems),
+    )
+
+
+def _request_fields(name: str, body: Mapping[str, Any], problems: list[str]) -> DeviceRequest:
+    """One `exactly` request or `firstAvailable` subrequest."""
+    mode = _str(body.get("allocationMode")) or "ExactCount"
+    count = body.get("count", 1)
+    if mode not in ("ExactCount", "All"):
+        problems.append(f"request {name}: allocationMode {mode!r} is neither ExactCount nor All")
+    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
+        problems.append(f"request {name}: count {count!r} is no positive count")
+        count = 1
+    if not _str(body.get("deviceClassName")):
+        problems.append(f"request {name} names no deviceClassName")
+    return DeviceRequest(
+        name=name,
+        device_class=_str(body.get("deviceClassName")),
+        selectors=_cel_selectors(body.get("selectors"), problems, f"request {name}"),
+        allocation_mode=mode,
+        count=count,
+        admin_access=_flag(body.get("adminAccess")),
+    )
+
+
+def _requests(devices: Mapping[str, Any], problems: list[str]) -> tuple[DeviceRequest, ...]:
+    out = []
+    for raw in _list(devices.get("requests")):
+        request = _dict(raw)
+        name = _str(request.get("name"))
+        if isinstance(request.get("exactly"), Mapping):
+            out.append(_request_fields(name, request["exactly"], problems))
+        elif _list(request.get("firstAvailable")):
+            subs = tuple(_request_fields(f"{name}/{_str(_dict(s).get('name'))}", _dict(s), problems)
+                         for s in _list(request.get("firstAvailable")))
+            out.append(DeviceRequest(name=name, first_available=subs))
+        else:
+            problems.append(f"request {name or '(unnamed)'} has neither exactly nor firstAvailable")
+    return tuple(out)
+
+
+def project_resource_claim(obj: Mapping[str, Any]) -> ResourceClaimInfo:
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    allocation = _dict(_dict(obj.get("status")).get("allocation"))
+    problems: list[str] = []
+    results = []
+    for raw in _list(_dict(allocation.get("devices")).get("results")):
+        result = _dict(raw)
+        results.append(AllocatedDevice(_str(result.get("request")), _str(result.get("driver")),
+                                       _str(result.get("pool")), _str(result.get("device")),
+                                       admin_access=_flag(result.get("adminAccess"))))
+    selector = allocation.get("nodeSelector")
+    return ResourceClaimInfo(
+        namespace=_str(meta.get("namespace")) or "default",
+        name=_str(meta.get("name")),
+        labels=_labels(meta),
+        annotations=freeze({str(k): _text(v) for k, v in _dict(meta.get("annotations")).items()}),
+        requests=_requests(_dict(spec.get("devices")), problems),
+        allocated=tuple(results),
+        allocation_node_selector=freeze(selector) if isinstance(selector, Mapping) else None,
+        reserved_for=tuple(_str(_dict(r).get("name")) for r in _list(_dict(obj.get("status")).get("reservedFor"))),
+        problem="; ".join(problems),
+    )
+
+
+def project_claim_template(obj: Mapping[str, Any]) -> ResourceClaimTemplateInfo:
+    meta = _dict(obj.get("metadata"))
+    problems: list[str] = []
+    requests = _requests(_dict(_dict(_dict(obj.get("spec")).get("spec")).get("devices")), problems)
+    return ResourceClaimTemplateInfo(namespace=_str(meta.get("namespace")) or "default", name=_str(meta.get("name")),
+                                     labels=_labels(meta), requests=requests, problem="; ".join(problems))
+
+
+def project_compute_domain(obj: Mapping[str, Any]) -> ComputeDomainInfo:
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    template = _dict(_dict(spec.get("channel")).get("resourceClaimTemplate"))
+    return ComputeDomainInfo(namespace=_str(meta.get("namespace")) or "default", name=_str(meta.get("name")),
+                             uid=_str(meta.get("uid")), claim_template=_str(template.get("name")))

@@ -101,6 +101,19 @@ JOB_RESOURCES = (
 )
 JOB_KINDS = tuple(kind for kind, _, _ in JOB_RESOURCES)
 
+# Dynamic Resource Allocation (GA as resource.k8s.io/v1 since Kubernetes 1.34) and NVIDIA ComputeDomains: every
+# one optional (an older cluster, or no NVIDIA DRA driver, serves none), each projected compactly
+# (projections.project_*; research/gpus-2026.md section 3). Claims are read in every namespace: any claim's
+# allocation takes devices.
+DRA_RESOURCES = (
+    ("DeviceClass", "deviceclasses", ("resource.k8s.io/v1",), projections.project_device_class),
+    ("ResourceSlice", "resourceslices", ("resource.k8s.io/v1",), projections.project_resource_slice),
+    ("ResourceClaim", "resourceclaims", ("resource.k8s.io/v1",), projections.project_resource_claim),
+    ("ResourceClaimTemplate", "resourceclaimtemplates", ("resource.k8s.io/v1",), projections.project_claim_template),
+    ("ComputeDomain", "computedomains", ("resource.nvidia.com/v1beta1",), projections.project_compute_domain),
+)
+DRA_KINDS = tuple(kind for kind, _, _, _ in DRA_RESOURCES)
+
 
 def build_resources(settings: Settings) -> tuple[Resource, ...]:
     """Every kind the cache follows, in the order their status is reported."""
@@ -160,6 +173,10 @@ def build_resources(settings: Settings) -> tuple[Resource, ...]:
             ("policy.networking.k8s.io/v1alpha2", "policy.networking.k8s.io/v1beta1"),
             projections.project_policy,
             optional=True,
+        ),
+        *(
+            Resource(kind, plural, versions, project, optional=True)
+            for kind, plural, versions, project in DRA_RESOURCES
         ),
         *_cilium_agent_resources(settings),
     )

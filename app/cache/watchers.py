@@ -45,9 +45,10 @@ POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetwor
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 # The kinds no verdict reads (models/cluster.py NetworkMemo): a change to them keeps the network memo (the
 # pods' named ports aside). Any other kind, present or added later, counts as a network input.
-NOT_NETWORK_KINDS = frozenset({"Node", "Pod", *RUNTIME_KINDS, *resources.JOB_KINDS})
-# Kinds whose absence is no missing input: no Trainer runtimes, no ClusterNetworkPolicy CRD (nothing to enforce).
-UNNEEDED_WHEN_ABSENT = (*RUNTIME_KINDS, "ClusterNetworkPolicy")
+NOT_NETWORK_KINDS = frozenset({"Node", "Pod", *RUNTIME_KINDS, *resources.JOB_KINDS, *resources.DRA_KINDS})
+# Kinds whose absence is no missing input: no Trainer runtimes, no ClusterNetworkPolicy CRD (nothing to enforce),
+# no DRA API or ComputeDomain CRD (no device is published through them; reported in the status as absent).
+UNNEEDED_WHEN_ABSENT = (*RUNTIME_KINDS, "ClusterNetworkPolicy", *resources.DRA_KINDS)
 
 
 def build_api_client(kubeconfig: str | None, *, pool_size: int) -> client.ApiClient:
@@ -302,6 +303,12 @@ class WatchStore:
             cilium_config=config_maps[0].data if config_maps else None,
             cilium_config_labels=config_maps[0].labels if config_maps else MappingProxyType({}),
             cilium_image=images[0] if images else "",
+            device_classes=combine(("DeviceClass",), lambda parts: MappingProxyType({v.name: v for v in parts[0]})),
+            resource_slices=held.get("ResourceSlice", ()),
+            resource_claims=held.get("ResourceClaim", ()),
+            claim_templates=combine(("ResourceClaimTemplate",), lambda parts: MappingProxyType(
+                {(v.namespace, v.name): v for v in parts[0]})),
+            compute_domains=held.get("ComputeDomain", ()),
         )
 
     def _combine(self, held: dict[str, tuple[Any, ...]], kinds: tuple[str, ...],

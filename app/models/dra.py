@@ -10,8 +10,10 @@ never renamed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +27,47 @@ COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
 COMPUTE_DOMAIN_CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+# A Kubernetes quantity (k8s.io/apimachinery resource.Quantity): a signed decimal number, then a binary
+# suffix (Ki..Ei), a decimal SI suffix (n u m "" k M G T P E) or a decimal exponent (e3, E-2).
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL: dict[str, Fraction | int] = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+                                      "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def parse_quantity(value: Any) -> Fraction | int | None:
+    """A quantity as written (`80Gi`, `9856Mi`, `132`, `500m`, `1e3`, or a number) as an exact number (an int
+    when it is whole and written without a fraction); None when it is no quantity."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip() if isinstance(value, str | float) else ""
+    match = _QUANTITY.fullmatch(text)
+    if match is None or len(text) > 64:
+        return None
+    digits, suffix = match.group(1), match.group(2) or ""
+    number: Fraction | int = int(digits) if digits.lstrip("+-").isdecimal() else Fraction(digits)
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number * _DECIMAL[suffix]
+    if suffix:
+        exponent = int(suffix[1:])
+        if abs(exponent) > 30:
+            return None
+        return number * Fraction(10) ** exponent  # an int exponent: exact
+    return number
+
+
+def milli(value: Fraction | int) -> int:
+    """A quantity in thousandths, rounded up (how counters and capacities are compared: exact for every
+    quantity written with at most three decimals, as Kubernetes keeps them)."""
+    if isinstance(value, int):
+        return value * 1000
+    scaled = value * 1000
+    return -((-scaled.numerator) // scaled.denominator)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +99,9 @@ class DeviceClassInfo:
     name: str
     selectors: tuple[str, ...] = ()  # CEL expressions (spec.selectors[].cel.expression)
     extended_resource_name: str = ""  # spec.extendedResourceName ("" when unset)
+    # Why part of the class could not be read (a selector that is no CEL expression): "" when none.
+    problem: str = ""
+    created: str = ""  # metadata.creationTimestamp (RFC 3339): of two classes mapping one name, the newer wins
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +132,9 @@ class Device:
     node_name: str = ""
     node_selector: Mapping[str, Any] | None = None
     all_nodes: bool = False
+    allow_multiple_allocations: bool = False  # allowMultipleAllocations (consumable capacity, KEP-5075)
+    # Attributes as written whose value could not be read (no known type): left out of `attributes`.
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

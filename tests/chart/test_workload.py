@@ -146,6 +146,9 @@ READ_ONLY = {
        for r in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")},
     ("jobset.x-k8s.io", "jobsets"): READ_VERBS,
     ("trainer.kubeflow.org", "trainjobs"): READ_VERBS,
+    **{("resource.k8s.io", r): READ_VERBS
+       for r in ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")},
+    ("resource.nvidia.com", "computedomains"): READ_VERBS,
 }
 AUDIT_EVENTS = {("events.k8s.io", "events"): {"create", "patch"}}
 POLICY_REPORTS = {("wgpolicyk8s.io", "policyreports"): {"get", "list", "create", "update", "patch", "delete"}}

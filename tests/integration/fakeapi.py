@@ -169,6 +169,13 @@ def _collections() -> list[Collection]:
                 ("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs"),
             )
         ),
+        # Dynamic Resource Allocation (built in since 1.34) and NVIDIA's ComputeDomain CRD.
+        Collection("resource.k8s.io/v1", "DeviceClass", "deviceclasses", namespaced=False, builtin=True),
+        Collection("resource.k8s.io/v1", "ResourceSlice", "resourceslices", namespaced=False, builtin=True),
+        Collection("resource.k8s.io/v1", "ResourceClaim", "resourceclaims", namespaced=True, builtin=True),
+        Collection("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", namespaced=True,
+                   builtin=True),
+        Collection("resource.nvidia.com/v1beta1", "ComputeDomain", "computedomains", namespaced=True, builtin=False),
         # What the audit controller writes.
         Collection("coordination.k8s.io/v1", "Lease", "leases", namespaced=True, builtin=True),
         Collection("events.k8s.io/v1", "Event", "events", namespaced=True, builtin=True),

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+import yaml
 
 from app.cache import projections
 from app.cache.errors import CacheNotReadyError
@@ -34,11 +35,13 @@ from tests.integration.fakeapi import (
     wait_until,
 )
 
+DATA = Path(__file__).parents[1] / "data"
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain")
 JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "JobSet", "TrainJob")
 KINDS = (
     "Node", "Namespace", "Pod", "NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy",
     "CiliumCIDRGroup", "TrainingRuntime", "ClusterTrainingRuntime", *JOB_KINDS, "ClusterNetworkPolicy",
-    "ConfigMap", "DaemonSet",
+    *DRA_KINDS, "ConfigMap", "DaemonSet",
 )
 
 
@@ -120,7 +123,7 @@ def test_initial_sync_keeps_projections_of_every_kind(api: FakeApiServer, tmp_pa
     assert counts == {"Node": 1, "Namespace": 1, "Pod": 1, "NetworkPolicy": 1, "CiliumNetworkPolicy": 1,
                       "CiliumClusterwideNetworkPolicy": 1, "CiliumCIDRGroup": 1, "TrainingRuntime": 1,
                       "ClusterTrainingRuntime": 1, **dict.fromkeys(JOB_KINDS, 0), "ClusterNetworkPolicy": 0,
-                      "ConfigMap": 0, "DaemonSet": 0}
+                      **dict.fromkeys(DRA_KINDS, 0), "ConfigMap": 0, "DaemonSet": 0}
 
 
 def test_cilium_config_and_agent_image_reach_the_snapshot(api: FakeApiServer, tmp_path: Path) -> None:
@@ -501,3 +504,22 @@ def test_a_pod_change_keeps_the_network_memo_and_a_network_change_replaces_it(ap
         assert fifth.network_memo is not fourth.network_memo
         assert (before, _verdict(fifth)) == ("deny", "allow")
         assert _verdict(fifth) == _verdict(_fresh(fifth))
+
+
+def test_dra_objects_reach_the_snapshot_projected(api: FakeApiServer, tmp_path: Path) -> None:
+    objects = [api.apply(o) for o in yaml.safe_load_all((DATA / "dra" / "nvidia.yaml").read_text())]
+
+    with running_store(api, tmp_path) as store:
+        snapshot = store.snapshot()
+
+    def of(kind: str) -> list[dict[str, Any]]:
+        return [o for o in objects if o["kind"] == kind]
+    assert dict(snapshot.device_classes) == {o["metadata"]["name"]: projections.project_device_class(o)
+                                             for o in of("DeviceClass")}
+    assert sorted(snapshot.resource_slices, key=lambda s: s.name) == sorted(
+        (projections.project_resource_slice(o) for o in of("ResourceSlice")), key=lambda s: s.name)
+    assert sorted(snapshot.resource_claims, key=lambda c: c.name) == sorted(
+        (projections.project_resource_claim(o) for o in of("ResourceClaim")), key=lambda c: c.name)
+    assert set(snapshot.claim_templates) == {("team-a", "llm-cd-channel"), ("team-a", "eight-gpus")}
+    assert snapshot.compute_domains == tuple(projections.project_compute_domain(o) for o in of("ComputeDomain"))
+    assert snapshot.missing_kinds == ()

@@ -32,6 +32,12 @@ def test_every_kind_is_watched_at_its_collection_url() -> None:
         "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2/jobsets", True),
         "TrainJob": ("/apis/trainer.kubeflow.org/v1alpha1/trainjobs", True),
         "ClusterNetworkPolicy": ("/apis/policy.networking.k8s.io/v1alpha2/clusternetworkpolicies", True),
+        # Dynamic Resource Allocation, cluster-wide (claims of every namespace), and NVIDIA ComputeDomains.
+        "DeviceClass": ("/apis/resource.k8s.io/v1/deviceclasses", True),
+        "ResourceSlice": ("/apis/resource.k8s.io/v1/resourceslices", True),
+        "ResourceClaim": ("/apis/resource.k8s.io/v1/resourceclaims", True),
+        "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1/resourceclaimtemplates", True),
+        "ComputeDomain": ("/apis/resource.nvidia.com/v1beta1/computedomains", True),
         # The Cilium agent's settings and version: one object each, in its namespace (ciliumConfig).
         "ConfigMap": ("/api/v1/namespaces/kube-system/configmaps", False),
         "DaemonSet": ("/apis/apps/v1/namespaces/kube-system/daemonsets", False),
