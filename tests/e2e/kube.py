@@ -35,6 +35,10 @@ BUILTIN_PATHS: dict[str, tuple[str, str, bool]] = {
     "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
     "ValidatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False),
+    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
+    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices", False),
+    "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates", True),
+    "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims", True),
 }
 
 

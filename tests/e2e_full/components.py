@@ -142,8 +142,14 @@ def start_scheduler(binary: Path, kubeconfig: Path, work: Path) -> Process:
 # kube-controller-manager runs only what the tests need and nothing that would fight the suite:
 # `job-controller` (a JobSet's Jobs -> Pods), `garbagecollector` (children of a deleted job), `serviceaccount`
 # (each namespace's `default` ServiceAccount, without which the ServiceAccount admission plugin
-# refuses every Pod). Not `nodelifecycle`: with no kubelet it would taint every Node unreachable.
-CONTROLLER_MANAGER_CONTROLLERS = "job-controller,garbage-collector-controller,serviceaccount-controller"
+# refuses every Pod), `resourceclaim` (a pod's ResourceClaims made from its ResourceClaimTemplates, which
+# the scheduler waits for; claims deallocated and deleted once their pods are gone). Not `nodelifecycle`:
+# with no kubelet it would taint every Node unreachable.
+# DRA needs no flag in v1.36: `DynamicResourceAllocation` is GA and locked on, `DRAExtendedResource`
+# (KEP-5004) beta and on by default, resource.k8s.io/v1 served by default (k8s.io/kubernetes
+# pkg/features/kube_features.go); test_dra.py fails if the scheduler does not serve them.
+CONTROLLER_MANAGER_CONTROLLERS = ("job-controller,garbage-collector-controller,serviceaccount-controller,"
+                                  "resourceclaim-controller")
 
 
 def start_controller_manager(binary: Path, kubeconfig: Path, work: Path) -> Process:

@@ -1,6 +1,8 @@
 """Fixtures for `make e2e-full`: the envtest kube-apiserver + etcd (tests/e2e/controlplane.py), the real
 kube-scheduler and kube-controller-manager, the real operators (components.py), topoguard serving as
-the chart runs it (the watch cache: `serve --kubeconfig`, no `--cluster`), and Nodes in three zones.
+the chart runs it (the watch cache: `serve --kubeconfig`, no `--cluster`), and Nodes in three zones:
+device-plugin GPUs (fixtures/nodes.yaml), DRA-only GPU nodes with their ResourceSlices and MIG nodes
+(fixtures/dra-cluster.yaml).
 
 Opt-in: runs only when TOPOGUARD_ENVTEST_BIN (etcd + kube-apiserver) and TOPOGUARD_E2E_COMPONENTS
 (hack/envtest/build-components.sh's output directory) are set; hack/e2e-full.sh sets both. A test
@@ -48,7 +50,10 @@ OPERATORS = ("training-operator", "jobset", "trainer", "kueue")
 NAMESPACES = {
     "lab-pin": "pin", "lab-colocate": "colocate", "open-colocate": "colocate-anyzone",
     "jobset": "pin", "trainjob": "pin", "kueue": "pin", "kueue-trainjob": "pin", "audit": "pin",
+    "dra": "pin",
 }
+# Objects a namespace's tests need before topoguard's first sync (fixtures/, namespace set on load).
+NAMESPACE_FIXTURES = {"dra": ("rct-four-gpus.yaml",)}
 # Namespaces without the lab's policies (every zone with the GPUs is open).
 NO_POLICIES = frozenset({"open-colocate"})
 BIND_TIMEOUT_SECONDS = 180.0
@@ -127,6 +132,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[kube.Cluster]:
         handle = kube.Cluster(api, kube.install_crds(api, crds.values()))
         for node in kube.load_documents(FIXTURES / "nodes.yaml"):
             handle.create(node)
+        create_dra_cluster(handle, kube.load_documents(FIXTURES / "dra-cluster.yaml"))
         # Before topoguard starts, so that its first sync holds the runtime the TrainJob names.
         handle.create(fixture("torch-distributed-runtime.yaml"))
         handle.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": components.OPERATOR_NAMESPACE}})
@@ -142,9 +148,25 @@ def cluster(control_plane: ControlPlane) -> Iterator[kube.Cluster]:
                 copied = copy.deepcopy(policy)
                 copied["metadata"]["namespace"] = name
                 handle.create(copied)
+            for file in NAMESPACE_FIXTURES.get(name, ()):
+                handle.create(fixture(file, namespace=name))
         yield handle
     finally:
         api.close()
+
+
+def create_dra_cluster(cluster: kube.Cluster, docs: list[kube.RawObject]) -> None:
+    """The Nodes first, then the DeviceClasses and ResourceSlices, each slice owned by its Node as the
+    driver's kubelet plugin makes it (the garbage collector would delete a slice whose owner uid is not
+    the Node's)."""
+    uids = {}
+    for node in (d for d in docs if d["kind"] == "Node"):
+        created, _ = cluster.create(node)
+        uids[created["metadata"]["name"]] = created["metadata"]["uid"]
+    for obj in (d for d in docs if d["kind"] != "Node"):
+        for owner in obj["metadata"].get("ownerReferences") or []:
+            owner["uid"] = uids[owner["name"]]
+        cluster.create(obj)
 
 
 @dataclass
@@ -347,7 +369,9 @@ def record(test: str, cluster: kube.Cluster, bound: list[kube.RawObject], label:
 
 def clean_namespace(cluster: kube.Cluster, namespace: str, jobs: list[kube.RawObject]) -> None:
     """Delete the jobs (children by the garbage collector), the batch Jobs, then force-delete the pods
-    (no kubelet would ever finish a graceful delete) and wait until none is left."""
+    (no kubelet would ever finish a graceful delete) and wait until none is left, nor any of their
+    ResourceClaims (deallocated and deleted by the resource-claim controller and the garbage collector
+    once the pods are gone), so that the next test finds the devices free."""
     for job in jobs:
         try:
             cluster.request("DELETE", cluster.object_path(job), {"propagationPolicy": "Background"})
@@ -370,6 +394,9 @@ def clean_namespace(cluster: kube.Cluster, namespace: str, jobs: list[kube.RawOb
             except ApiException as e:
                 if e.status != 404:
                     raise
-        return not left and not jobs_left.get("items")
+        if left or jobs_left.get("items"):
+            return False
+        claims, _ = cluster.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims")
+        return not claims.get("items")
 
-    wait_for(gone, f"the pods of {namespace} to be gone", 60)
+    wait_for(gone, f"the pods and resource claims of {namespace} to be gone", 60)
