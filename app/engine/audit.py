@@ -190,7 +190,8 @@ class _Pass:
             read=memo.keys_read(snapshot),
             pods=ledger.job_pods(snapshot),
             agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
-            index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources),
+            index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources,
+                                      gpu_device_classes=settings.gpu_device_classes),
         )
 
     def shape(self, job: JobInfo) -> JobShape:

@@ -30,7 +30,7 @@ from app import policy
 from app.config import Settings
 from app.engine import capacity, lead, ledger, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
-from app.engine.gpus import gpu_kinds
+from app.engine.gpus import gpu_kinds, with_devices
 from app.models.cluster import IdentityMemo, Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import JobGroup
@@ -58,6 +58,9 @@ class Run:
     shape: Shape
     reserved: ledger.Reserved = field(default_factory=ledger.Reserved)  # GPUs admitted jobs will take
     suspended: bool = False  # held by a queue manager: placed by network and total allocatable only
+    # Why some replica's devices cannot be judged (a claim template that does not exist, a selector that
+    # cannot be evaluated): the job is then not placed blind (engine/gpus.py with_devices).
+    problems: tuple[str, ...] = ()
 
     @property
     def checker(self) -> FlowChecker:
@@ -83,7 +86,8 @@ class Run:
 
 def prepare(snapshot: Snapshot, settings: Settings) -> None:
     """Build the per-snapshot indexes a decision reads, so the first request does not pay for them."""
-    capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes)
     capacity.pack_memo(snapshot)
     ledger.ledger_of(snapshot, gpu_resources=settings.gpu_resources)
     policy.build_index(snapshot)
@@ -109,9 +113,12 @@ def start_run(
     """Begin one evaluation on the snapshot's memoised zone index, with the flow checker (and its
     verdicts) every job of the group's shape shares on this snapshot (`memo.shared_checker`).
 
-    `reserved` defaults to the snapshot's stored reservations without the group's own.
+    `reserved` defaults to the snapshot's stored reservations without the group's own. The group's replicas
+    get the GPUs their DRA claims and mapped extended resources ask for (`gpus.with_devices`).
     """
-    index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    group, problems = with_devices(group, snapshot, settings.gpu_resources, settings.gpu_device_classes)
+    index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes)
     agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     # NB: the checker is kept in the snapshot's own memo, so it refers to the snapshot weakly: a strong
     # reference would be a cycle, and a replaced snapshot would wait for a full collection (the server
@@ -126,7 +133,7 @@ def start_run(
     )))
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
-    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended)
+    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended, problems)
 
 
 def fit_zones(run: Run) -> tuple[zones.ZoneFit, ...]:
@@ -430,6 +437,9 @@ def decide_fresh(
 
 def _decide(run: Run) -> Decision:
     settings, suspended = run.settings, run.suspended
+    if run.problems:
+        unjudged = tuple(f"cannot judge where its GPUs are: {p}" for p in run.problems)
+        return Decision(False, None, (), unjudged, warnings=warnings_for(run), summary=summarize(None, run, ()))
     fits = fit_zones(run)
     candidates = [f for f in fits if f.anchored]
     excluded = {f.zone: f.problems for f in fits if not f.anchored}

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from app import engine, jobs, policy
 from app.config import Settings
 from app.engine import audit, capacity, ledger
-from app.engine.gpus import gpu_kinds
+from app.engine.gpus import DEFAULT_GPU_DEVICE_CLASSES, gpu_kinds
 from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
@@ -40,11 +40,13 @@ if TYPE_CHECKING:  # the kubernetes client loads only where it is used
 log = logging.getLogger(__name__)
 
 
-def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...]) -> dict[str, dict[str, int]]:
+def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...],
+                  gpu_device_classes: tuple[str, ...] = DEFAULT_GPU_DEVICE_CLASSES) -> dict[str, dict[str, int]]:
     """Per zone: nodes, GPU nodes, allocatable-minus-held GPUs (Ready, schedulable nodes only), and the
     GPUs admitted jobs reserve there (engine/ledger.py; this replica's in-flight holds not included)."""
-    gpu_resources = gpu_kinds(snapshot, gpu_resources)
-    index = capacity.zone_index(snapshot, zone_label=zone_label, gpu_resources=gpu_resources)
+    index = capacity.zone_index(snapshot, zone_label=zone_label, gpu_resources=gpu_resources,
+                                gpu_device_classes=gpu_device_classes)
+    gpu_resources = gpu_kinds(snapshot, gpu_resources, gpu_device_classes)
     reserved = ledger.ledger_of(snapshot, gpu_resources=gpu_resources).by_zone  # the stored jobs' reservations
     out: dict[str, dict[str, int]] = {}
     for zone in index.zones:
@@ -72,7 +74,8 @@ def namespace_map(snapshot: Snapshot, settings: Settings, namespace: str) -> dic
         for p in snapshot.policies
         if p.namespace == namespace or not p.namespace  # namespaced ones apply in their namespace only
     ]
-    zones = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources).zones
+    zones = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes).zones
     flows = []
     for zone in zones:
         labels = {settings.zone_identity_label: zone} if settings.zone_identity_label else {}
@@ -138,7 +141,8 @@ def build_map(
 ) -> dict[str, Any]:
     snapshot, problem = state.snapshot()
     settings = state.settings
-    zones = zone_capacity(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    zones = zone_capacity(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes)
     out: dict[str, Any] = {
         "revision": snapshot.revision,
         "zoneLabel": settings.zone_label,
