@@ -86,6 +86,9 @@ class Settings(BaseModel):
     gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
     # fnmatch patterns over DRA DeviceClass names: the classes whose devices are GPUs (app/engine/devices.py).
     gpu_device_classes: tuple[str, ...] = ("*gpu*", "mig.nvidia.com")
+    # Node label naming a node's NVLink clique (GPU Feature Discovery / the ComputeDomain driver set it): a job
+    # joining an NVIDIA ComputeDomain is kept within one clique (DESIGN.md Round 3, "NVLink cliques").
+    clique_label: str = "nvidia.com/gpu.clique"
     mode: Literal["pin", "colocate"] = "pin"
     enforcement: Literal["deny", "warn"] = "deny"
     # The agent's policy-enforcement mode. Given in the file, environment or flags (and not ""), it wins;

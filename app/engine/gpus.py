@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from app.engine import devices
 from app.models.cluster import IdentityMemo, Snapshot, canonical
@@ -62,8 +63,20 @@ def dra_key(inventory: devices.DeviceInventory, resource: str) -> str:
     return inventory.key(mapped) if mapped in inventory.gpu_classes else ""
 
 
+@dataclass(frozen=True)
+class Devices:
+    """A group as `with_devices` resolves it."""
+
+    group: JobGroup
+    problems: tuple[str, ...] = ()
+    # The NVIDIA ComputeDomain its pods join ("namespace/name", uid) and the replicas whose pods do.
+    domain: str = ""
+    domain_uid: str = ""
+    domain_replicas: tuple[str, ...] = ()
+
+
 def with_devices(group: JobGroup, snapshot: Snapshot, gpu_resources: Sequence[str],
-                 gpu_device_classes: Sequence[str]) -> tuple[JobGroup, tuple[str, ...]]:
+                 gpu_device_classes: Sequence[str]) -> Devices:
     """The group with each replica's DRA GPUs in `gpus`, and why a replica's GPUs cannot be judged (if so).
 
     - A request for an extended resource a GPU DeviceClass maps (KEP-5004; `deviceclass.resource.kubernetes.io/
@@ -79,12 +92,18 @@ def with_devices(group: JobGroup, snapshot: Snapshot, gpu_resources: Sequence[st
     if inventory is None or not any(r.claims or _mapped_requests(r, inventory) for r in group.replicas):
         if any(r.claims for r in group.replicas):
             names = sorted({c.template or c.claim for r in group.replicas for c in r.claims})
-            return group, (f"its pods claim devices through DRA ({', '.join(names)}), but the cluster has no "
-                           "DeviceClass (resource.k8s.io/v1) to count them with",)
-        return group, ()
+            return Devices(group, (f"its pods claim devices through DRA ({', '.join(names)}), but the cluster has "
+                                   "no DeviceClass (resource.k8s.io/v1) to count them with",))
+        return Devices(group)
     problems: list[str] = []
-    replicas = tuple(_resolved(r, group.namespace, snapshot, inventory, problems) for r in group.replicas)
-    return dataclasses.replace(group, replicas=replicas), tuple(dict.fromkeys(problems))
+    domains: dict[str, tuple[str, str]] = {}
+    replicas = tuple(_resolved(r, group.namespace, snapshot, inventory, problems, domains) for r in group.replicas)
+    domain, uid = next(iter(domains.values()), ("", ""))
+    if len({d for d, _ in domains.values()}) > 1:
+        problems.append("its pods join more than one ComputeDomain (" +
+                        ", ".join(sorted({d for d, _ in domains.values()})) + ")")
+    return Devices(dataclasses.replace(group, replicas=replicas), tuple(dict.fromkeys(problems)), domain, uid,
+                   tuple(domains))
 
 
 def _mapped_requests(replica: Replica, inventory: devices.DeviceInventory) -> list[str]:
@@ -92,7 +111,7 @@ def _mapped_requests(replica: Replica, inventory: devices.DeviceInventory) -> li
 
 
 def _resolved(replica: Replica, namespace: str, snapshot: Snapshot, inventory: devices.DeviceInventory,
-              problems: list[str]) -> Replica:
+              problems: list[str], domains: dict[str, tuple[str, str]]) -> Replica:
     gpus = dict(replica.gpus)
     requests = dict(replica.requests)
     for name in _mapped_requests(replica, inventory):
@@ -103,6 +122,8 @@ def _resolved(replica: Replica, namespace: str, snapshot: Snapshot, inventory: d
     if replica.claims:
         demand = devices.claim_demand(snapshot, inventory, namespace, replica.claims)
         problems.extend(f"{replica.key}: {p}" for p in demand.problems)
+        if demand.compute_domain:
+            domains[replica.key] = (demand.compute_domain, demand.compute_domain_uid)
         for key, count in demand.per_pod.items():
             gpus[key] = gpus.get(key, 0) + count
         for key in demand.all_mode:

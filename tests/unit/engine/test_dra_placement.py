@@ -153,3 +153,62 @@ def test_a_mapped_extended_resource_of_another_class_is_not_compared_with_alloca
     worker["containers"][0]["resources"]["limits"]["example.com/nic"] = 1
     decision = decide(pytorchjob(worker, workers=1), snapshot)
     assert decision.allowed and decision.zone == "zone-a", decision.reasons
+
+
+# --- NVLink cliques (ComputeDomains) -------------------------------------------------------------------
+
+CLIQUE = "nvidia.com/gpu.clique"
+DOMAIN = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+          "metadata": {"name": "train-cd", "namespace": "ml", "uid": "cd-uid-1"},
+          "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "train-cd-channel"}}}}
+
+
+def gb200(name: str, zone: str, clique: str, *, domain: str = "") -> dict[str, Any]:
+    out = node(name, zone, gpus=4)
+    out["metadata"]["labels"][CLIQUE] = clique
+    if domain:
+        out["metadata"]["labels"]["resource.nvidia.com/computeDomain"] = domain
+    return out
+
+
+def domain_worker(gpus: int = 4) -> dict[str, Any]:
+    return {"containers": [{"name": "pytorch", "image": "x",
+                            "resources": {"limits": {"nvidia.com/gpu": gpus}, "claims": [{"name": "channel"}]}}],
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "train-cd-channel"}]}
+
+
+def channel_class() -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": "compute-domain-default-channel.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'compute-domain.nvidia.com' && "
+                                                          "device.attributes['compute-domain.nvidia.com'].type == "
+                                                          "'channel'"}}]}}
+
+
+def test_a_compute_domain_job_is_kept_in_one_clique_and_pinned_to_it() -> None:
+    from app.engine import patches
+    from tests.unit.crd.jsonpatch import apply_patch
+    nodes = [gb200("r1-1", "zone-a", "c1.1"), gb200("r1-2", "zone-a", "c1.1"),
+             gb200("r2-1", "zone-a", "c1.2"), gb200("r2-2", "zone-a", "c1.2"), gb200("r2-3", "zone-a", "c1.2")]
+    snapshot = world(channel_class(), DOMAIN, *nodes)
+    job = pytorchjob(domain_worker(), workers=3)
+    decision = decide(job, snapshot)
+    assert decision.allowed and decision.clique == "c1.2", decision.reasons  # 3 x 4 GPUs fit only rack 2
+    assert "clique=c1.2" in decision.summary
+    group = jobs.parse_job(job, gpu_resources=SETTINGS.gpu_resources, namespace="ml")
+    patched = apply_patch(job, patches.build_patch(job, group, decision, SETTINGS))
+    terms = patched["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        patches.REQUIRED]["nodeSelectorTerms"]
+    assert {"key": CLIQUE, "operator": "In", "values": ["c1.2"]} in terms[0]["matchExpressions"]
+    again = jobs.parse_job(patched, gpu_resources=SETTINGS.gpu_resources, namespace="ml")
+    assert patches.build_patch(patched, again, decide(patched, snapshot), SETTINGS) == []
+
+
+def test_nodes_of_another_compute_domain_are_not_usable_and_the_refusal_names_the_largest_clique() -> None:
+    nodes = [gb200("r1-1", "zone-a", "c1.1"), gb200("r1-2", "zone-a", "c1.1", domain="other-uid"),
+             gb200("r2-1", "zone-b", "c2.1")]
+    snapshot = world(channel_class(), DOMAIN, *nodes)
+    decision = decide(pytorchjob(domain_worker(), workers=2), snapshot)
+    assert not decision.allowed
+    assert "ComputeDomain ml/train-cd" in decision.reasons[0]
+    assert "has 1 usable node(s)" in decision.reasons[0], decision.reasons
