@@ -140,7 +140,7 @@ def test_the_job_annotation_narrows_the_range_to_the_ports_it_pins() -> None:
 
 def test_the_setting_sets_the_range_and_the_annotation_wins_over_it() -> None:
     snapshot = cluster(deny_port("deny-one", "40000"))
-    narrow = Settings(collective_ports="50000-50100")
+    narrow = Settings.model_validate({"collectivePorts": "50000-50100"})
     assert respond(pytorchjob(), snapshot, narrow)["allowed"] is True
     assert respond(pytorchjob("40000"), snapshot, narrow)["allowed"] is False
 

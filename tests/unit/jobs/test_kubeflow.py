@@ -396,7 +396,9 @@ def test_default_port_is_added_to_the_framework_container_ports() -> None:
         ),
     ],
 )
-def test_collective_flows_cover_the_ephemeral_range_between_participants(raw: dict[str, Any], want: set[tuple[str, str]]) -> None:
+def test_collective_flows_cover_the_ephemeral_range_between_participants(
+    raw: dict[str, Any], want: set[tuple[str, str]]
+) -> None:
     group = parse(raw)
     assert collective_pairs(group) == want
     assert all(f.ports == EPHEMERAL_PORTS and f.protocol == "TCP" for f in group.flows if f.purpose == "collective")
