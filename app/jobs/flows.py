@@ -7,13 +7,16 @@ Three shapes cover every supported framework (research/kubeflow-formats.md):
 - all-to-all: TensorFlow's `TF_CONFIG` lists every task and each dials each on its port;
 - launcher: MPI's launcher reaches every worker (ssh for mpi-operator v2beta1).
 
-On top of these, collective libraries (NCCL, Gloo, MPI's TCP transports) open connections between
+On top of these, collective libraries (NCCL, Gloo, most MPI transports) open connections between
 all ranks to listeners bound on port 0, so on ports the kernel picks from its ephemeral range
 (`EPHEMERAL_PORTS`, 32768-60999 unless the pods' sysctl says otherwise): the GPU replicas (and the
 coordinator) need each other on that range (purpose "collective"), not on every port. The range is
 the setting `collectivePorts`; a job that pins its ports (e.g. its pods set the namespaced sysctl
 `net.ipv4.ip_local_port_range`) says which with the annotation `topoguard.io/collective-ports`
 (`collective_ports`). The frameworks' fixed ports are the flows above, never folded into the range.
+Not in the default range: Open MPI's TCP BTL (the first free port from 1024, `btl_tcp_port_min_v4`)
+and XGBoost's rabit before 2.0 (from 9010); such jobs name their range with the annotation (README,
+"Limits and known gaps").
 """
 
 from __future__ import annotations

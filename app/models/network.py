@@ -64,11 +64,12 @@ class PortRange:
 
 
 ALL_PORTS = PortRange(1, 65535)
-# The ports NCCL, Gloo and MPI's TCP transports listen on for their peer connections unless a job pins
-# them: they bind port 0, so the kernel picks one from `net.ipv4.ip_local_port_range`, "32768 and 60999"
-# by default (Linux Documentation/networking/ip-sysctl.rst, ip_local_port_range; net/ipv4/af_inet.c
-# `inet_init_net` sets it per network namespace, so a pod starts with the default, not its node's value,
-# unless its securityContext sets the namespaced sysctl). Settings `collectivePorts` changes it.
+# The ports NCCL, Gloo and most MPI transports (MPICH, Intel MPI, Open MPI's out-of-band channel) listen
+# on for their peer connections unless a job pins them: they bind port 0, so the kernel picks one from
+# `net.ipv4.ip_local_port_range`, "32768 and 60999" by default (Linux Documentation/networking/
+# ip-sysctl.rst, ip_local_port_range; net/ipv4/af_inet.c `inet_init_net` sets it per network namespace,
+# so a pod starts with the default, not its node's value, unless its securityContext sets the namespaced
+# sysctl). Settings `collectivePorts` changes it.
 EPHEMERAL_PORTS = PortRange(32768, 60999)
 
 
