@@ -42,6 +42,7 @@ from app.models.dra import (
     parse_quantity,
 )
 from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, NAMESPACE_NAME_LABEL, ZONE_ANNOTATION
+from app.models.network import EPHEMERAL_PORTS, PortRange
 from app.models.resources import node_resources
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy", "ClusterNetworkPolicy")
@@ -351,12 +352,16 @@ def _owned_by_trainjob(meta: Mapping[str, Any]) -> bool:
     return any(_dict(o).get("kind") == trainjob.KIND for o in _list(meta.get("ownerReferences")))
 
 
-def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES) -> JobInfo | None:
+def project_job(
+    obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES,
+    collective_ports: PortRange = EPHEMERAL_PORTS,
+) -> JobInfo | None:
     """A stored training job's ledger and audit projection; None for a kind topoguard does not place, or a
     JobSet a TrainJob owns (the TrainJob holds its GPUs).
 
     The audit's `shape` (replica types, required flows) is parsed here, once per stored version, with
-    `gpu_resources` (settings `gpuResources`: which replicas take part in GPU collectives); a TrainJob's
+    `gpu_resources` (settings `gpuResources`: which replicas take part in GPU collectives) and `collective_ports`
+    (settings `collectivePorts`: the collectives' range unless the job's annotation names one); a TrainJob's
     pods come from its runtime, so it keeps its metadata and spec as `source` instead, composed by the
     audit with the snapshot's runtimes."""
     api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
@@ -377,7 +382,7 @@ def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFA
         source = freeze({"apiVersion": api_version, "kind": kind, "spec": spec,
                          "metadata": {k: v for k, v in meta.items() if k in _SOURCE_METADATA}})
     else:
-        shape = job_shape(obj, gpu_resources=gpu_resources)
+        shape = job_shape(obj, gpu_resources=gpu_resources, collective_ports=collective_ports)
     return JobInfo(
         kind=kind,
         namespace=str(meta.get("namespace", "") or "default"),

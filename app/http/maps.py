@@ -32,7 +32,7 @@ from app.http.deps import AppState, StateDep
 from app.http.routes import LOGGED_TEXT_CHARS, _enforcement, _Held, _HTTPProblem, _json, _read_body, decode
 from app.http.workers import Shed
 from app.models.cluster import Snapshot
-from app.models.network import ALL_PORTS, Endpoint, PolicyEnforcement, Reason
+from app.models.network import Endpoint, PolicyEnforcement, Reason
 
 if TYPE_CHECKING:  # the kubernetes client loads only where it is used
     from app.cache.access import Access
@@ -67,7 +67,7 @@ def _reason(r: Reason) -> dict[str, str]:
 
 def namespace_map(snapshot: Snapshot, settings: Settings, namespace: str) -> dict[str, Any]:
     """The policies that can apply to pods of `namespace`, and per zone whether two pods of it placed
-    in that zone can open collective traffic to each other (TCP, every port)."""
+    in that zone can open collective traffic to each other (TCP, the collectives' range `collectivePorts`)."""
     ns_labels = snapshot.namespace_labels(namespace)
     policies = [
         {"kind": p.kind, "policy": p.ref}
@@ -82,9 +82,9 @@ def namespace_map(snapshot: Snapshot, settings: Settings, namespace: str) -> dic
         # The policy messages name an endpoint as `namespace/name`, so the name is the pod alone.
         pod = Endpoint(namespace=namespace, labels=labels, namespace_labels=ns_labels, name=f"<pod in {zone}>")
         agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
-        verdict = policy.check_flow(snapshot, pod, pod, ALL_PORTS, "TCP",
+        verdict = policy.check_flow(snapshot, pod, pod, settings.collective_ports, "TCP",
                                     enforcement=cast(PolicyEnforcement, agent.policy_enforcement), agent=agent)
-        flows.append({"zone": zone, "flow": f"pod → pod TCP/{ALL_PORTS}", "verdict": verdict.verdict,
+        flows.append({"zone": zone, "flow": f"pod → pod TCP/{settings.collective_ports}", "verdict": verdict.verdict,
                       "reasons": [_reason(r) for r in verdict.reasons]})
     return {
         "name": namespace,
@@ -104,7 +104,7 @@ def job_map(snapshot: Snapshot, settings: Settings, raw: Any) -> dict[str, Any]:
     namespace = str((metadata.get("namespace") if isinstance(metadata, Mapping) else None) or "default")
     try:
         group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits,
-                               runtimes=snapshot.training_runtimes)
+                               runtimes=snapshot.training_runtimes, collective_ports=settings.collective_ports)
     except jobs.JobLimitError as e:
         raise _HTTPProblem(422, f"the job is larger than topoguard checks: {e}") from None
     except jobs.JobError as e:
