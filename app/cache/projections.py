@@ -486,19 +486,23 @@ def _device(raw: Any, problems: list[str]) -> Device | None:
         CounterUse(_str(_dict(c).get("counterSet")),
                    _counters(_dict(c).get("counters"), problems, f"device {name}"))
         for c in _list(device.get("consumesCounters")))
-    selector = device.get("nodeSelector")
     return Device(
         name=name,
         attributes=freeze(attributes),
         capacity=freeze(capacity),
         taints=taints,
         consumes_counters=consumes,
-        node_name=_str(device.get("nodeName")),
-        node_selector=freeze(selector) if isinstance(selector, Mapping) else None,
-        all_nodes=_flag(device.get("allNodes")),
+        **_node_selection(device),
         allow_multiple_allocations=_flag(device.get("allowMultipleAllocations")),
         unreadable=tuple(sorted(unreadable)),
     )
+
+
+def _node_selection(body: Mapping[str, Any]) -> dict[str, Any]:
+    """nodeName, nodeSelector (a core/v1 NodeSelector as written) and allNodes of a slice or a device."""
+    selector = body.get("nodeSelector")
+    return {"node_name": _str(body.get("nodeName")), "all_nodes": _flag(body.get("allNodes")),
+            "node_selector": freeze(selector) if isinstance(selector, Mapping) else None}
 
 
 def project_resource_slice(obj: Mapping[str, Any]) -> ResourceSliceInfo:
@@ -521,16 +525,13 @@ def project_resource_slice(obj: Mapping[str, Any]) -> ResourceSliceInfo:
     for counter_set in _list(spec.get("sharedCounters")):
         set_name = _str(_dict(counter_set).get("name"))
         shared[set_name] = _counters(_dict(counter_set).get("counters"), problems, f"counter set {set_name}")
-    selector = spec.get("nodeSelector")
     return ResourceSliceInfo(
         name=_str(meta.get("name")),
         driver=_str(spec.get("driver")),
         pool=_str(pool.get("name")),
         generation=generation,
         slice_count=count,
-        node_name=_str(spec.get("nodeName")),
-        node_selector=freeze(selector) if isinstance(selector, Mapping) else None,
-        all_nodes=_flag(spec.get("allNodes")),
+        **_node_selection(spec),
         per_device_node_selection=_flag(spec.get("perDeviceNodeSelection")),
         devices=devices,
         shared_counters=freeze(shared),
