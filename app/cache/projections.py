@@ -398,10 +398,6 @@ def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFA
 # Field names and shapes: k8s.io/api resource/v1 types.go (research/gpus-2026.md section 3). Odd input
 # never raises: what cannot be read is left out and named in the projection's `problem`.
 
-# A device attribute's value is exactly one of these (DeviceAttribute: string, int, bool, version).
-_ATTRIBUTE_TYPES = ("string", "int", "bool", "version")
-
-
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -445,16 +441,14 @@ _SHARED_VALUES: dict[Any, Any] = {}
 
 
 def _shared(value: Any) -> Any:
-    """One object for equal short attribute values (a model name, "gpu", a driver version): thousands of devices
-    write the same ones, so the projections hold each once (bounded: a full table is started again)."""
-    if isinstance(value, str) and len(value) <= 64:
-        found = _SHARED_VALUES.get(value)
-        if found is None:
-            if len(_SHARED_VALUES) >= 65_536:
-                _SHARED_VALUES.clear()
-            found = _SHARED_VALUES[value] = value
-        return found
-    return value
+    """One object for equal attribute values and names (a model name, "gpu", a driver version): thousands of
+    devices write the same ones, so the projections hold each once (bounded: a full table is started again)."""
+    return _SHARED_VALUES.setdefault(value, value) if type(value) is str and len(value) <= 64 else value
+
+
+# A device attribute's value: exactly one of these keys, holding a value of exactly this type (JSON and YAML
+# parse to exact types; a bool is no int here).
+_ATTRIBUTE_VALUE_TYPES: Mapping[str, type] = {"string": str, "version": str, "int": int, "bool": bool}
 
 
 def _device(raw: Any, problems: list[str]) -> Device | None:
@@ -463,19 +457,17 @@ def _device(raw: Any, problems: list[str]) -> Device | None:
     if not name:
         problems.append("a device has no name")
         return None
+    if len(_SHARED_VALUES) >= 65_536:
+        _SHARED_VALUES.clear()
     attributes: dict[str, Any] = {}
     unreadable = []
     for key, value in _dict(device.get("attributes")).items():
-        typed = [t for t in _ATTRIBUTE_TYPES if t in _dict(value)]
-        raw_value = _dict(value).get(typed[0]) if len(typed) == 1 else None
-        kind = typed[0] if len(typed) == 1 else ""
-        ok = (kind in ("string", "version") and isinstance(raw_value, str)) or (
-            kind == "int" and isinstance(raw_value, int) and not isinstance(raw_value, bool)) or (
-            kind == "bool" and isinstance(raw_value, bool))
-        if ok:
-            attributes[_shared(str(key))] = _shared(raw_value)
-        else:
-            unreadable.append(str(key))
+        if isinstance(value, Mapping) and len(value) == 1:
+            ((kind, raw_value),) = value.items()
+            if type(raw_value) is _ATTRIBUTE_VALUE_TYPES.get(kind):
+                attributes[_shared(str(key))] = _shared(raw_value)
+                continue
+        unreadable.append(str(key))
     if unreadable:
         problems.append(f"device {name}: attribute{'s' if len(unreadable) > 1 else ''} "
                         f"{', '.join(sorted(unreadable))} of no known type (string, int, bool, version)")
