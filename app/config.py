@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 from pydantic.alias_generators import to_camel
 
 from app.models.labels import DEFAULT_ZONE_LABEL
+from app.models.network import EPHEMERAL_PORTS, PortRange
 from app.models.resources import DEFAULT_GPU_RESOURCES
 
 ENV_PREFIX = "TOPOGUARD_"
@@ -86,6 +87,9 @@ class Settings(BaseModel):
     gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
     # fnmatch patterns over DRA DeviceClass names: the classes whose devices are GPUs (app/engine/devices.py).
     gpu_device_classes: tuple[str, ...] = ("*gpu*", "mig.nvidia.com")
+    # Node label naming a node's NVLink clique (GPU Feature Discovery / the ComputeDomain driver set it): a job
+    # joining an NVIDIA ComputeDomain is kept within one clique (DESIGN.md Round 3, "NVLink cliques").
+    clique_label: str = "nvidia.com/gpu.clique"
     mode: Literal["pin", "colocate"] = "pin"
     enforcement: Literal["deny", "warn"] = "deny"
     # The agent's policy-enforcement mode. Given in the file, environment or flags (and not ""), it wins;
@@ -94,6 +98,10 @@ class Settings(BaseModel):
     policy_enforcement: Literal["", "default", "always", "never"] = "default"
     spread_within_zone: Literal["none", "hostname"] = "none"
     zone_strategy: Literal["most-free", "binpack"] = "most-free"
+    # The TCP ports NCCL/Gloo/MPI collective traffic uses between a job's pods, `FIRST-LAST`: the kernel's
+    # ephemeral range by default (EPHEMERAL_PORTS, where the fact is cited). A job that pins its ports says so
+    # with the annotation `topoguard.io/collective-ports` (jobs/flows.py).
+    collective_ports: PortRange = EPHEMERAL_PORTS
     # Server-side knobs.
     max_body_bytes: int = Field(default=7 * 1024 * 1024, gt=0)
     request_deadline_seconds: float = Field(default=8.0, gt=0)
@@ -147,6 +155,15 @@ class Settings(BaseModel):
         if value and (not sep or not namespace or not name or "/" in name):
             raise ValueError(f"{value!r} is not namespace/name (or \"\" to not read the cilium-config ConfigMap)")
         return value
+
+    @field_validator("collective_ports", mode="before")
+    @classmethod
+    def _port_range(cls, value: Any) -> Any:
+        return value if isinstance(value, PortRange) else PortRange.parse(str(value))
+
+    @field_serializer("collective_ports")
+    def _port_range_text(self, value: PortRange) -> str:
+        return str(value)
 
     def explicit_policy_enforcement(self) -> str:
         """`policyEnforcement` when it was set (and not ""), else "" (the agent's cilium-config decides)."""

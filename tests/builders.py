@@ -19,7 +19,7 @@ from app.engine import ledger
 from app.models.cluster import JobInfo, NamespaceInfo, NodeInfo, PodInfo, PolicyObject, Snapshot, freeze
 from app.models.job import Flow, JobGroup, Replica, UserPlacement
 from app.models.labels import DEFAULT_ZONE_LABEL, HOSTNAME_LABEL, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
-from app.models.network import ALL_PORTS, PortRange
+from app.models.network import EPHEMERAL_PORTS, PortRange
 
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -300,7 +300,7 @@ def rendezvous(src: str, dst: str, port: int = 23456) -> Flow:
 
 
 def collective(src: str, dst: str) -> Flow:
-    return Flow(src=src, dst=dst, ports=ALL_PORTS, protocol="TCP", purpose="collective")
+    return Flow(src=src, dst=dst, ports=EPHEMERAL_PORTS, protocol="TCP", purpose="collective")
 
 
 def make_group(

@@ -85,7 +85,8 @@ def reference_offers(
                 top = max(s.generation for s in members)
                 current = [s for s in members if s.generation == top]
                 seen = [s for s in current if _slice_reaches(s, node, node in nodes)]
-                if len(seen) < max(s.slice_count for s in current):
+                expected = max(s.slice_count for s in current)
+                if len(seen) != expected and len(current) != expected:
                     continue  # incomplete
                 left: dict[str, dict[str, int]] = {}
                 for s in seen:

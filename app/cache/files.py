@@ -25,6 +25,7 @@ import yaml
 from app.cache import projections
 from app.config import CILIUM_AGENT_DAEMONSET, DEFAULT_CILIUM_CONFIG
 from app.models.cluster import ConfigMapInfo, Snapshot
+from app.models.network import EPHEMERAL_PORTS, PortRange
 
 SUFFIXES = (".yaml", ".yml", ".json")
 CHUNK_CHARS = 1 << 20  # how much of a file is read at a time
@@ -272,19 +273,22 @@ def build_snapshot(
     gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
     missing_kinds: tuple[str, ...] = (),
     cilium_config: str = DEFAULT_CILIUM_CONFIG,
+    collective_ports: PortRange = EPHEMERAL_PORTS,
 ) -> Snapshot:
     """Project raw objects into a Snapshot; kinds other than KNOWN_KINDS are ignored. Every pod is kept
-    (bound or pending); `gpu_resources` (settings `gpuResources`) is what the jobs' audit shapes count as GPUs.
+    (bound or pending); `gpu_resources` (settings `gpuResources`) is what the jobs' audit shapes count as GPUs,
+    `collective_ports` (settings `collectivePorts`) the ports their collectives use.
 
     `cilium_config` (settings `ciliumConfig`, `namespace/name`; "" = not read) names the ConfigMap kept as
     the agent's settings; the DaemonSet `cilium` in its namespace gives the agent image.
     """
-    return Snapshot(**_project(objects, gpu_resources, cilium_config), revision=revision,
+    return Snapshot(**_project(objects, gpu_resources, cilium_config, collective_ports), revision=revision,
                     missing_kinds=missing_kinds)
 
 
 def _project(
-    objects: Iterable[Mapping[str, Any]], gpu_resources: tuple[str, ...], cilium_config: str
+    objects: Iterable[Mapping[str, Any]], gpu_resources: tuple[str, ...], cilium_config: str,
+    collective_ports: PortRange,
 ) -> dict[str, Any]:
     """The Snapshot fields projected from `objects`, each object projected as it comes and then dropped."""
     nodes, pods, policies, jobs, slices, claims, domains = [], [], [], [], [], [], []
@@ -315,7 +319,7 @@ def _project(
             runtime = projections.project_training_runtime(obj)
             runtimes[(runtime.kind, runtime.namespace, runtime.name)] = runtime
         elif kind in projections.JOB_KINDS and (
-            job := projections.project_job(obj, gpu_resources=gpu_resources)
+            job := projections.project_job(obj, gpu_resources=gpu_resources, collective_ports=collective_ports)
         ) is not None:
             jobs.append(job)
         elif kind == "DeviceClass":
@@ -370,12 +374,13 @@ def load_snapshot(
     gpu_resources: tuple[str, ...] = projections.DEFAULT_GPU_RESOURCES,
     note: Callable[[str], None] = _note,
     cilium_config: str = DEFAULT_CILIUM_CONFIG,
+    collective_ports: PortRange = EPHEMERAL_PORTS,
 ) -> Snapshot:
     """Read a snapshot from a file or directory. Raises SnapshotError naming file and document.
 
     In a directory, files that hold no Kubernetes object are skipped, each with a `note` (stderr by
     default). A snapshot without Nodes says so (`missing_kinds`): no zone can be judged without them.
-    `cilium_config`: which ConfigMap holds the Cilium agent's settings (see `build_snapshot`).
+    `cilium_config`, `collective_ports`: as for `build_snapshot`.
     """
     digest = hashlib.sha256()
     root = Path(path)
@@ -388,5 +393,5 @@ def load_snapshot(
                     raise SnapshotError(f"{where}: object has no kind")
                 yield obj
 
-    fields = _project(objects(), gpu_resources, cilium_config)
+    fields = _project(objects(), gpu_resources, cilium_config, collective_ports)
     return Snapshot(**fields, revision=digest.hexdigest()[:16], missing_kinds=() if fields["nodes"] else ("Node",))

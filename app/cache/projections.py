@@ -42,6 +42,7 @@ from app.models.dra import (
     parse_quantity,
 )
 from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME, NAMESPACE_NAME_LABEL, ZONE_ANNOTATION
+from app.models.network import EPHEMERAL_PORTS, PortRange
 from app.models.resources import node_resources
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy", "ClusterNetworkPolicy")
@@ -351,12 +352,16 @@ def _owned_by_trainjob(meta: Mapping[str, Any]) -> bool:
     return any(_dict(o).get("kind") == trainjob.KIND for o in _list(meta.get("ownerReferences")))
 
 
-def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES) -> JobInfo | None:
+def project_job(
+    obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES,
+    collective_ports: PortRange = EPHEMERAL_PORTS,
+) -> JobInfo | None:
     """A stored training job's ledger and audit projection; None for a kind topoguard does not place, or a
     JobSet a TrainJob owns (the TrainJob holds its GPUs).
 
     The audit's `shape` (replica types, required flows) is parsed here, once per stored version, with
-    `gpu_resources` (settings `gpuResources`: which replicas take part in GPU collectives); a TrainJob's
+    `gpu_resources` (settings `gpuResources`: which replicas take part in GPU collectives) and `collective_ports`
+    (settings `collectivePorts`: the collectives' range unless the job's annotation names one); a TrainJob's
     pods come from its runtime, so it keeps its metadata and spec as `source` instead, composed by the
     audit with the snapshot's runtimes."""
     api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
@@ -377,7 +382,7 @@ def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFA
         source = freeze({"apiVersion": api_version, "kind": kind, "spec": spec,
                          "metadata": {k: v for k, v in meta.items() if k in _SOURCE_METADATA}})
     else:
-        shape = job_shape(obj, gpu_resources=gpu_resources)
+        shape = job_shape(obj, gpu_resources=gpu_resources, collective_ports=collective_ports)
     return JobInfo(
         kind=kind,
         namespace=str(meta.get("namespace", "") or "default"),
@@ -399,10 +404,6 @@ def project_job(obj: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = DEFA
 # --- Dynamic Resource Allocation (resource.k8s.io/v1) and NVIDIA ComputeDomains --------------------
 # Field names and shapes: k8s.io/api resource/v1 types.go (research/gpus-2026.md section 3). Odd input
 # never raises: what cannot be read is left out and named in the projection's `problem`.
-
-# A device attribute's value is exactly one of these (DeviceAttribute: string, int, bool, version).
-_ATTRIBUTE_TYPES = ("string", "int", "bool", "version")
-
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
@@ -447,16 +448,14 @@ _SHARED_VALUES: dict[Any, Any] = {}
 
 
 def _shared(value: Any) -> Any:
-    """One object for equal short attribute values (a model name, "gpu", a driver version): thousands of devices
-    write the same ones, so the projections hold each once (bounded: a full table is started again)."""
-    if isinstance(value, str) and len(value) <= 64:
-        found = _SHARED_VALUES.get(value)
-        if found is None:
-            if len(_SHARED_VALUES) >= 65_536:
-                _SHARED_VALUES.clear()
-            found = _SHARED_VALUES[value] = value
-        return found
-    return value
+    """One object for equal attribute values and names (a model name, "gpu", a driver version): thousands of
+    devices write the same ones, so the projections hold each once (bounded: a full table is started again)."""
+    return _SHARED_VALUES.setdefault(value, value) if type(value) is str and len(value) <= 64 else value
+
+
+# A device attribute's value: exactly one of these keys, holding a value of exactly this type (JSON and YAML
+# parse to exact types; a bool is no int here).
+_ATTRIBUTE_VALUE_TYPES: Mapping[str, type] = {"string": str, "version": str, "int": int, "bool": bool}
 
 
 def _device(raw: Any, problems: list[str]) -> Device | None:
@@ -465,19 +464,17 @@ def _device(raw: Any, problems: list[str]) -> Device | None:
     if not name:
         problems.append("a device has no name")
         return None
+    if len(_SHARED_VALUES) >= 65_536:
+        _SHARED_VALUES.clear()
     attributes: dict[str, Any] = {}
     unreadable = []
     for key, value in _dict(device.get("attributes")).items():
-        typed = [t for t in _ATTRIBUTE_TYPES if t in _dict(value)]
-        raw_value = _dict(value).get(typed[0]) if len(typed) == 1 else None
-        kind = typed[0] if len(typed) == 1 else ""
-        ok = (kind in ("string", "version") and isinstance(raw_value, str)) or (
-            kind == "int" and isinstance(raw_value, int) and not isinstance(raw_value, bool)) or (
-            kind == "bool" and isinstance(raw_value, bool))
-        if ok:
-            attributes[_shared(str(key))] = _shared(raw_value)
-        else:
-            unreadable.append(str(key))
+        if isinstance(value, Mapping) and len(value) == 1:
+            ((kind, raw_value),) = value.items()
+            if type(raw_value) is _ATTRIBUTE_VALUE_TYPES.get(kind):
+                attributes[_shared(str(key))] = _shared(raw_value)
+                continue
+        unreadable.append(str(key))
     if unreadable:
         problems.append(f"device {name}: attribute{'s' if len(unreadable) > 1 else ''} "
                         f"{', '.join(sorted(unreadable))} of no known type (string, int, bool, version)")
@@ -488,19 +485,23 @@ def _device(raw: Any, problems: list[str]) -> Device | None:
         CounterUse(_str(_dict(c).get("counterSet")),
                    _counters(_dict(c).get("counters"), problems, f"device {name}"))
         for c in _list(device.get("consumesCounters")))
-    selector = device.get("nodeSelector")
     return Device(
         name=name,
         attributes=freeze(attributes),
         capacity=freeze(capacity),
         taints=taints,
         consumes_counters=consumes,
-        node_name=_str(device.get("nodeName")),
-        node_selector=freeze(selector) if isinstance(selector, Mapping) else None,
-        all_nodes=_flag(device.get("allNodes")),
+        **_node_selection(device),
         allow_multiple_allocations=_flag(device.get("allowMultipleAllocations")),
         unreadable=tuple(sorted(unreadable)),
     )
+
+
+def _node_selection(body: Mapping[str, Any]) -> dict[str, Any]:
+    """nodeName, nodeSelector (a core/v1 NodeSelector as written) and allNodes of a slice or a device."""
+    selector = body.get("nodeSelector")
+    return {"node_name": _str(body.get("nodeName")), "all_nodes": _flag(body.get("allNodes")),
+            "node_selector": freeze(selector) if isinstance(selector, Mapping) else None}
 
 
 def project_resource_slice(obj: Mapping[str, Any]) -> ResourceSliceInfo:
@@ -523,16 +524,13 @@ def project_resource_slice(obj: Mapping[str, Any]) -> ResourceSliceInfo:
     for counter_set in _list(spec.get("sharedCounters")):
         set_name = _str(_dict(counter_set).get("name"))
         shared[set_name] = _counters(_dict(counter_set).get("counters"), problems, f"counter set {set_name}")
-    selector = spec.get("nodeSelector")
     return ResourceSliceInfo(
         name=_str(meta.get("name")),
         driver=_str(spec.get("driver")),
         pool=_str(pool.get("name")),
         generation=generation,
         slice_count=count,
-        node_name=_str(spec.get("nodeName")),
-        node_selector=freeze(selector) if isinstance(selector, Mapping) else None,
-        all_nodes=_flag(spec.get("allNodes")),
+        **_node_selection(spec),
         per_device_node_selection=_flag(spec.get("perDeviceNodeSelection")),
         devices=devices,
         shared_counters=freeze(shared),

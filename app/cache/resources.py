@@ -117,7 +117,8 @@ DRA_KINDS = tuple(kind for kind, _, _, _ in DRA_RESOURCES)
 
 def build_resources(settings: Settings) -> tuple[Resource, ...]:
     """Every kind the cache follows, in the order their status is reported."""
-    job_projector = functools.partial(projections.project_job, gpu_resources=tuple(settings.gpu_resources))
+    job_projector = functools.partial(projections.project_job, gpu_resources=tuple(settings.gpu_resources),
+                                      collective_ports=settings.collective_ports)
     return (
         Resource("Node", "nodes", ("v1",), projections.project_node),
         Resource("Namespace", "namespaces", ("v1",), projections.project_namespace),

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         if args.scope:
             settings = settings.model_copy(update={"audit": settings.audit.model_copy(update={"scope": args.scope})})
         snapshot = load_snapshot(args.cluster, gpu_resources=settings.gpu_resources,
-                                 cilium_config=settings.cilium_config)
+                                 cilium_config=settings.cilium_config, collective_ports=settings.collective_ports)
     except (ConfigError, SnapshotError) as e:
         print(f"topoguard audit: {e}", file=err)
         return EXIT_USAGE

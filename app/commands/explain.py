@@ -263,7 +263,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         snapshot = load_snapshot(args.cluster, cilium_config=settings.cilium_config)
         raw = read_job(args.job)
         group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=_namespace(raw),
-                               limits=settings.limits, runtimes=snapshot.training_runtimes)
+                               limits=settings.limits, runtimes=snapshot.training_runtimes,
+                               collective_ports=settings.collective_ports)
         decision = engine.decide(group, snapshot, settings, suspended=job_status.is_suspended(raw))
         patch = patches.build_patch(raw, group, decision, settings) if decision.allowed else []
         holds = _holds(snapshot, settings, group)

@@ -25,7 +25,6 @@ from app.policy import check_flow, endpoint_for_pod, policy_problems
 EXIT_CODES = {"allow": 0, "deny": 1, "unknown": 3}
 EXIT_USAGE = 2
 PROTOCOLS = ("TCP", "UDP", "SCTP", "ANY")
-_PORT = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?(?:/([A-Za-z]+))?$")
 # Kubernetes label key (optional DNS prefix + name) and value syntax.
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -37,17 +36,15 @@ class UsageError(ValueError):
 
 def parse_port(text: str) -> tuple[PortRange, str]:
     """`9999`, `9999/UDP`, `30000-32767/TCP` → (PortRange, protocol); protocol defaults to TCP."""
-    match = _PORT.match(text.strip())
-    if not match:
-        raise UsageError(f"--port {text!r}: expected PORT[-END][/TCP|UDP|SCTP|ANY]")
-    first = int(match.group(1))
-    last = int(match.group(2)) if match.group(2) else first
-    protocol = (match.group(3) or "TCP").upper()
+    ports, slash, protocol = text.strip().partition("/")
+    protocol = protocol.upper() if slash else "TCP"
+    try:
+        port_range = PortRange.parse(ports)
+    except ValueError as e:
+        raise UsageError(f"--port {text!r}: expected PORT[-END][/TCP|UDP|SCTP|ANY]: {e}") from None
     if protocol not in PROTOCOLS:
         raise UsageError(f"--port {text!r}: protocol must be one of {', '.join(PROTOCOLS)}")
-    if not 1 <= first <= last <= 65535:
-        raise UsageError(f"--port {text!r}: ports must be 1-65535 and the range ascending")
-    return PortRange(first, last), protocol
+    return port_range, protocol
 
 
 def _parse_labels(text: str, ref: str) -> dict[str, str]:

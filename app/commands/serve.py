@@ -46,7 +46,8 @@ __all__ = ["SHUTDOWN_GRACE_SECONDS", "WebhookServer", "build_server", "build_sto
 def build_store(args: argparse.Namespace, settings: Settings) -> Store:
     if args.cluster:
         return StaticStore(load_snapshot(args.cluster, gpu_resources=settings.gpu_resources,
-                                         cilium_config=settings.cilium_config))
+                                         cilium_config=settings.cilium_config,
+                                         collective_ports=settings.collective_ports))
     from app.cache.watchers import WatchStore  # the kubernetes client loads only when watching
 
     store: Store = WatchStore(settings, kubeconfig=args.kubeconfig)

@@ -190,7 +190,8 @@ class _Pass:
             read=memo.keys_read(snapshot),
             pods=ledger.job_pods(snapshot),
             agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
-            index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources),
+            index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources,
+                                      gpu_device_classes=settings.gpu_device_classes),
         )
 
     def shape(self, job: JobInfo) -> JobShape:
@@ -203,6 +204,7 @@ class _Pass:
             gpu_resources=self.settings.gpu_resources,
             limits=self.settings.limits,
             runtimes=self.snapshot.training_runtimes,
+            collective_ports=self.settings.collective_ports,
         )
 
     def job(self, job: JobInfo) -> JobAudit:
@@ -306,7 +308,7 @@ class _Pass:
         position = {flow: i for i, flow in reversed(list(enumerate(flows)))}
         # The widest port ranges first: a range is allowed only when every port in it is (PortRange), so a
         # flow inside a range already allowed between the same two classes is allowed without evaluating it
-        # (the rendezvous port inside the collectives' 1-65535, most of the time).
+        # (a JobSet coordinator's declared port inside the collectives' range, say).
         allowed: dict[tuple[int, int, str], list[PortRange]] = defaultdict(list)
         gathered: dict[tuple[str, str, str], _Found] = {}
         for flow in sorted(flows, key=lambda f: (f.ports.first - f.ports.last, position[f])):

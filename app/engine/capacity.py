@@ -27,10 +27,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.engine.gpus import gpu_kinds
+from app.engine.devices import DeviceInventory
+from app.engine.gpus import DEFAULT_GPU_DEVICE_CLASSES, dra_key, gpu_kinds, inventory_of
 from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, canonical, freeze
 from app.models.labels import HOSTNAME_LABEL
 from app.models.pods import PodIndex, pod_index
+
+EMPTY_COUNTS: Mapping[str, int] = freeze({})
 
 # A label key counts as per-node when it takes more distinct values than this floor and than half of
 # the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
@@ -164,8 +167,10 @@ def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
 
 
 ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str, ...]]
-# A node class in the making: its key and its nodes, each with the GPUs it offers (allocatable > 0).
-Group = tuple[ClassKey, tuple[tuple[NodeInfo, Mapping[str, int]], ...]]
+# A node class in the making: its key and its nodes, each with the GPUs it offers (allocatable > 0, or DRA devices
+# usable) and, for those DRA serves, how many are free (the device counter's: bound pods are not subtracted again).
+Member = tuple[NodeInfo, Mapping[str, int], Mapping[str, int]]
+Group = tuple[ClassKey, tuple[Member, ...]]
 
 # The zone index is rebuilt only where its inputs changed, found by their identity from one snapshot to
 # the next (the watch cache reuses unchanged nodes, and the pod index an unchanged node's held GPUs):
@@ -190,15 +195,28 @@ def _targets(nodes: tuple[NodeInfo, ...], zone_label: str) -> tuple[tuple[NodeIn
 
 
 def _group(
-    targets: tuple[NodeInfo, ...], per_node: frozenset[str], gpu_resources: tuple[str, ...], zone_label: str
+    targets: tuple[NodeInfo, ...], per_node: frozenset[str], gpu_resources: tuple[str, ...], zone_label: str,
+    inventory: DeviceInventory | None = None,
 ) -> tuple[Group, ...]:
-    """The targets by class key, in the order each key is first met."""
-    grouped: dict[ClassKey, list[tuple[NodeInfo, Mapping[str, int]]]] = defaultdict(list)
+    """The targets by class key, in the order each key is first met.
+
+    Per node and GPU resource the scheduler's rule decides who serves it (KEP-5004): allocatable > 0, the device
+    plugin; else the DRA devices of the selection (or of the GPU class that maps the name), if any.
+    """
+    grouped: dict[ClassKey, list[Member]] = defaultdict(list)
+    served = {r: dra_key(inventory, r) for r in gpu_resources} if inventory is not None else {}
     for node in targets:
         offered = {r: node.allocatable.get(r, 0) for r in gpu_resources if node.allocatable.get(r, 0) > 0}
+        dra_free: dict[str, int] = {}
+        if inventory is not None:
+            devices_here = inventory.offers(node.name)
+            if devices_here:
+                for r, selection in served.items():
+                    if selection and r not in offered and selection in devices_here:
+                        offered[r], dra_free[r] = devices_here[selection]
         shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
         key = (node.labels[zone_label], shared, node.taints, tuple(sorted(offered)))
-        grouped[key].append((node, freeze(offered)))
+        grouped[key].append((node, freeze(offered), freeze(dra_free) if dra_free else EMPTY_COUNTS))
     return tuple((key, tuple(members)) for key, members in grouped.items())
 
 
@@ -207,9 +225,12 @@ def node_capacity(node: NodeInfo) -> Mapping[str, int]:
     return freeze({**node.resources, **node.allocatable}) if node.resources else node.allocatable
 
 
-def _slot(node: NodeInfo, offered: Mapping[str, int], used: Mapping[str, int] | None,
-          capacity: Mapping[str, int]) -> NodeSlot:
-    free: Mapping[str, int] = freeze({r: max(n - used.get(r, 0), 0) for r, n in offered.items()}) if used else offered
+def _slot(member: Member, used: Mapping[str, int] | None, capacity: Mapping[str, int]) -> NodeSlot:
+    node, offered, dra_free = member
+    free: Mapping[str, int] = offered
+    if used or dra_free:
+        free = freeze({r: dra_free[r] if r in dra_free else max(n - (used or {}).get(r, 0), 0)
+                       for r, n in offered.items()})
     return NodeSlot(node.name, node.labels, free, offered, capacity)
 
 
@@ -225,8 +246,7 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
         slots = list(last_slots)
         changes = []
         for i in [i for i, (a, b) in enumerate(zip(last_used, used, strict=True)) if a is not b]:
-            node, offered = members[i]
-            slots[i] = _slot(node, offered, used[i], last_slots[i].capacity)
+            slots[i] = _slot(members[i], used[i], last_slots[i].capacity)
             changes.append((last_slots[i], slots[i]))
         pool = last_class.pool.replaced(changes)
         totals = dict(last_class.free)
@@ -235,8 +255,7 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
                 totals[r] += n - old.free[r]
         made = dataclasses.replace(last_class, nodes=pool.nodes, free=freeze(totals), pool=pool)
     else:
-        slots = [_slot(node, offered, held, node_capacity(node))
-                 for (node, offered), held in zip(members, used, strict=True)]
+        slots = [_slot(member, held, node_capacity(member[0])) for member, held in zip(members, used, strict=True)]
         pool = Pool.of(slots, owner=f"{zone}#{number}")
         free: dict[str, int] = dict.fromkeys(offered_keys, 0)
         allocatable: dict[str, int] = dict.fromkeys(offered_keys, 0)
@@ -268,7 +287,7 @@ def _held_by_group(groups: tuple[Group, ...], index: PodIndex) -> tuple[tuple[Ma
         held = list(last[1])
         if changes.nodes:
             positions = _POSITIONS.get((groups,), lambda: {
-                node.name: (g, i) for g, (_, members) in enumerate(groups) for i, (node, _) in enumerate(members)})
+                member[0].name: (g, i) for g, (_, members) in enumerate(groups) for i, member in enumerate(members)})
             patched: dict[int, list[Mapping[str, int] | None]] = {}
             for name in changes.nodes:
                 at = positions.get(name)
@@ -278,17 +297,19 @@ def _held_by_group(groups: tuple[Group, ...], index: PodIndex) -> tuple[tuple[Ma
                 held[g] = tuple(values)
         made = tuple(held)
     else:
-        made = tuple(tuple(index.held.get(node.name) for node, _ in members) for _, members in groups)
+        made = tuple(tuple(index.held.get(member[0].name) for member in members) for _, members in groups)
     box[:] = [(index.serial, made)]
     return made
 
 
-def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
-    """Group the snapshot's placement targets into per-zone node classes (see the module docstring)."""
+def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str],
+                     inventory: DeviceInventory | None = None) -> ZoneIndex:
+    """Group the snapshot's placement targets into per-zone node classes (see the module docstring);
+    `gpu_resources` are resolved names (`gpus.gpu_kinds`), `inventory` the DRA devices (`gpus.inventory_of`)."""
     zone_label, resources = canonical(zone_label), canonical(tuple(gpu_resources))
     targets, per_node = _targets(snapshot.nodes, zone_label)
-    groups = _GROUPS.get((targets, per_node, resources, zone_label),
-                         lambda: _group(targets, per_node, resources, zone_label))
+    groups = _GROUPS.get((targets, per_node, resources, zone_label, inventory),
+                         lambda: _group(targets, per_node, resources, zone_label, inventory))
     _CLASS_STATE.fit(len(groups))
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
     for number, (group, used) in enumerate(zip(groups, _held_by_group(groups, pod_index(snapshot)), strict=True)):
@@ -297,12 +318,15 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)
 
 
-def zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str]) -> ZoneIndex:
+def zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str],
+               gpu_device_classes: Sequence[str] = DEFAULT_GPU_DEVICE_CLASSES) -> ZoneIndex:
     """The memoised `build_zone_index` for this snapshot and these settings (`gpuResources` resolved by
     `gpus.gpu_kinds`)."""
-    gpu_resources = gpu_kinds(snapshot, gpu_resources)
-    memo_key = f"engine.zone-index/{zone_label}/{','.join(gpu_resources)}"
-    return snapshot.memo(memo_key, lambda s: build_zone_index(s, zone_label=zone_label, gpu_resources=gpu_resources))
+    inventory = inventory_of(snapshot, gpu_resources, gpu_device_classes)
+    kinds = gpu_kinds(snapshot, gpu_resources, gpu_device_classes)
+    memo_key = f"engine.zone-index/{zone_label}/{','.join(kinds)}/{','.join(gpu_device_classes)}"
+    return snapshot.memo(memo_key, lambda s: build_zone_index(s, zone_label=zone_label, gpu_resources=kinds,
+                                                              inventory=inventory))
 
 
 @dataclass(frozen=True)

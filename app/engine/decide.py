@@ -20,6 +20,7 @@ memoized per snapshot (engine/cached.py).
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,10 +31,11 @@ from app import policy
 from app.config import Settings
 from app.engine import capacity, lead, ledger, memo, nodes, zones
 from app.engine.flows import FlowChecker, describe_check
-from app.engine.gpus import gpu_kinds
+from app.engine.gpus import Devices, gpu_kinds, with_devices
 from app.models.cluster import IdentityMemo, Snapshot, Taint
 from app.models.decision import Decision, FlowCheck, ZoneReport
-from app.models.job import JobGroup
+from app.models.dra import COMPUTE_DOMAIN_LABEL
+from app.models.job import JobGroup, Replica
 from app.models.network import PolicyEnforcement
 
 
@@ -58,6 +60,10 @@ class Run:
     shape: Shape
     reserved: ledger.Reserved = field(default_factory=ledger.Reserved)  # GPUs admitted jobs will take
     suspended: bool = False  # held by a queue manager: placed by network and total allocatable only
+    # Why some replica's devices cannot be judged (a claim template that does not exist, a selector that
+    # cannot be evaluated): the job is then not placed blind (engine/gpus.py with_devices).
+    problems: tuple[str, ...] = ()
+    devices: Devices | None = None  # the group as resolved by `gpus.with_devices` (its ComputeDomain)
 
     @property
     def checker(self) -> FlowChecker:
@@ -83,7 +89,8 @@ class Run:
 
 def prepare(snapshot: Snapshot, settings: Settings) -> None:
     """Build the per-snapshot indexes a decision reads, so the first request does not pay for them."""
-    capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes)
     capacity.pack_memo(snapshot)
     ledger.ledger_of(snapshot, gpu_resources=settings.gpu_resources)
     policy.build_index(snapshot)
@@ -109,9 +116,19 @@ def start_run(
     """Begin one evaluation on the snapshot's memoised zone index, with the flow checker (and its
     verdicts) every job of the group's shape shares on this snapshot (`memo.shared_checker`).
 
-    `reserved` defaults to the snapshot's stored reservations without the group's own.
+    `reserved` defaults to the snapshot's stored reservations without the group's own. The group's replicas
+    get the GPUs their DRA claims and mapped extended resources ask for (`gpus.with_devices`).
     """
-    index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    resolved = with_devices(group, snapshot, settings.gpu_resources, settings.gpu_device_classes)
+    return _run(resolved.group, snapshot, settings, strict=strict, reserved=reserved, suspended=suspended,
+                devices=resolved)
+
+
+def _run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool, reserved: ledger.Reserved | None,
+         suspended: bool, devices: Devices) -> Run:
+    """`start_run` for a group whose devices are resolved already."""
+    index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes)
     agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     # NB: the checker is kept in the snapshot's own memo, so it refers to the snapshot weakly: a strong
     # reference would be a cycle, and a replaced snapshot would wait for a full collection (the server
@@ -126,7 +143,7 @@ def start_run(
     )))
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
-    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended)
+    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended, devices.problems, devices)
 
 
 def fit_zones(run: Run) -> tuple[zones.ZoneFit, ...]:
@@ -425,11 +442,84 @@ def decide_fresh(
     reasons when no zone is open and could ever hold the job (or, under capacityPolicy refuse, fits now).
     """
     run = start_run(group, snapshot, settings, strict=False, reserved=reserved, suspended=suspended)
+    if run.devices is not None and run.devices.domain and not run.problems:
+        return lead.with_lead(group, _decide_clique(run))
     return lead.with_lead(group, _decide(run))
+
+
+# Cliques tried per zone for a ComputeDomain job, most usable nodes first (an NVL72 rack is one clique of 18 nodes).
+MAX_CLIQUES_PER_ZONE = 32
+
+
+def _cliques(run: Run) -> list[tuple[str, str, int]]:
+    """(zone, clique, usable nodes) of every clique the index's nodes carry: nodes of another ComputeDomain are
+    not usable (a node serves at most one)."""
+    assert run.devices is not None
+    label, uid = run.settings.clique_label, run.devices.domain_uid
+    counted: dict[tuple[str, str], int] = {}
+    for zone in run.index.zones:
+        for cls in run.index.classes_in(zone):
+            for slot in cls.nodes:
+                clique = slot.labels.get(label)
+                owner = slot.labels.get(COMPUTE_DOMAIN_LABEL)
+                if clique and (not owner or owner == uid):
+                    counted[(zone, clique)] = counted.get((zone, clique), 0) + 1
+    per_zone: dict[str, list[tuple[str, str, int]]] = {}
+    for (zone, clique), n in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])):
+        per_zone.setdefault(zone, []).append((zone, clique, n))
+    return [c for cs in per_zone.values() for c in cs[:MAX_CLIQUES_PER_ZONE]]
+
+
+def _in_clique(replica: Replica, label: str, clique: str, uid: str) -> Replica:
+    """The replica confined to the clique's nodes that no other ComputeDomain holds (for fitting only)."""
+    placement = replica.placement
+    owner: list[dict[str, Any]] = [{"key": COMPUTE_DOMAIN_LABEL, "operator": "DoesNotExist"}]
+    if uid:
+        owner.append({"key": COMPUTE_DOMAIN_LABEL, "operator": "In", "values": [uid]})
+    terms = placement.node_selector_terms or ({},)
+    narrowed = tuple({**t, "matchExpressions": [*t.get("matchExpressions", []), o]} for t in terms for o in owner)
+    return dataclasses.replace(replica, placement=dataclasses.replace(
+        placement, node_selector={**placement.node_selector, label: clique}, node_selector_terms=narrowed))
+
+
+def _decide_clique(run: Run) -> Decision:
+    """A ComputeDomain job: the best zone as `_decide` chooses it, within one NVLink clique (DESIGN.md Round 3)."""
+    devices = run.devices
+    assert devices is not None
+    label, pinned = run.settings.clique_label, devices.domain_replicas
+    cliques = _cliques(run)
+    best: tuple[tuple[int, Fraction, str], Decision, str] | None = None
+    for zone, clique, _ in cliques:
+        group = dataclasses.replace(run.group, replicas=tuple(
+            _in_clique(r, label, clique, devices.domain_uid) if r.key in pinned else r for r in run.group.replicas))
+        sub = _run(group, run.snapshot, run.settings, strict=run.strict, reserved=run.reserved,
+                   suspended=run.suspended, devices=dataclasses.replace(devices, group=group))
+        decision = _decide(sub)
+        if not decision.allowed or decision.zone != zone:
+            continue
+        chosen = next(r for r in decision.zones if r.zone == zone)
+        rank = rank_key(chosen, run.settings.zone_strategy, suspended=run.suspended)
+        if best is None or rank < best[0]:
+            best = (rank, decision, clique)
+    if best is None:
+        largest = max(cliques, key=lambda c: c[2], default=None)
+        size = (f"the largest, {largest[1]} in {largest[0]}, has {largest[2]} usable node(s)" if largest
+                else f"no Ready, schedulable node carries the {label} label")
+        reason = (f"its pods join ComputeDomain {devices.domain}, so they must run in one NVLink clique "
+                  f"({label}); no clique can hold them: {size}")
+        refused = _decide(run)
+        return dataclasses.replace(refused, allowed=False, zone=None, reasons=(reason, *refused.reasons),
+                                   open_zones=(), tolerations={})
+    _, decision, clique = best
+    return dataclasses.replace(decision, clique=clique, clique_replicas=tuple(sorted(pinned)),
+                               summary=f"{decision.summary} clique={clique}")
 
 
 def _decide(run: Run) -> Decision:
     settings, suspended = run.settings, run.suspended
+    if run.problems:
+        unjudged = tuple(f"cannot judge where its GPUs are: {p}" for p in run.problems)
+        return Decision(False, None, (), unjudged, warnings=warnings_for(run), summary=summarize(None, run, ()))
     fits = fit_zones(run)
     candidates = [f for f in fits if f.anchored]
     excluded = {f.zone: f.problems for f in fits if not f.anchored}

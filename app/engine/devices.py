@@ -5,8 +5,10 @@ k8s.io/dynamic-resource-allocation (research/gpus-2026.md section 3):
 - A ResourceSlice reaches a node by `nodeName`, `nodeSelector` (a NodeSelector over the node's labels and its
   name as `metadata.name`), `allNodes`, or per device (`perDeviceNodeSelection`); a slice that carries only
   `sharedCounters` belongs to its pool on every node.
-- Slices group into pools by (driver, pool name); only the highest `pool.generation` counts, and a pool whose
-  slices (as seen from the node) are fewer than `resourceSliceCount` is incomplete and offers nothing.
+- Slices group into pools by (driver, pool name); only the highest `pool.generation` counts, and a pool is
+  complete when the slices the node sees, or all of that generation, are `resourceSliceCount` in number
+  (dynamic-resource-allocation structured/internal/stable/pools_stable.go, GatherPools): an incomplete pool
+  offers nothing.
 - A device is usable when it is not tainted NoSchedule/NoExecute (DeviceTaints); it is free when, moreover, no
   claim's `status.allocation.devices.results` holds it (adminAccess results excluded; the scheduler's
   extended-resource claims are claims like any other, each device counted once) and its `consumesCounters` fit
@@ -190,8 +192,8 @@ def _build(snapshot: Snapshot, patterns: tuple[str, ...], resources: tuple[str, 
     for (driver, pool), current in _pools(snapshot.resource_slices, problems).items():
         expected = max(s.slice_count for s in current)
         for node_name, view in _node_views(current, snapshot.nodes, nodes_by_name):
-            if len(view) < expected:
-                continue  # incomplete as seen from this node: the allocator allocates nothing from it
+            if len(view) != expected and len(current) != expected:
+                continue  # incomplete: the allocator allocates nothing from it (structured GatherPools)
             _count_view(driver, pool, node_name, view, matches, keys, allocated, offers, unknown)
     _SLICE_MATCHES.fit(len(snapshot.resource_slices))
     return DeviceInventory(

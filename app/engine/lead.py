@@ -4,8 +4,9 @@ PURE, built only from the decision's own data (the per-zone reports, their flow 
 reasons the policy engine gave, the capacity notes). Every surface shows this sentence first and
 none writes its own: the webhook's refusal and warnings (http/admission.py), `topoguard explain`
 and `topoguard review`. Flows are named by what the framework uses them for (jobs/flows.py:
-rendezvous, NCCL/Gloo collectives, ...) and by the ports the policies actually open, not only by
-`TCP/1-65535`; one finding shared by several flows or zones is said once.
+rendezvous, NCCL/Gloo collectives, ...) and by their ports (`TCP 23456`, the collectives' range
+`TCP 32768-60999`) and the ports the policies actually open; one finding shared by several flows or
+zones is said once.
 
 `lead_for` returns the sentence and the zone problems it states, so a surface listing the remaining
 reasons (`remaining_reasons`) does not say the same thing twice.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from app.engine.flows import blocking_reasons, describe_check
 from app.models.decision import Decision, FlowCheck, ZoneReport
 from app.models.job import Flow, JobGroup
-from app.models.network import ALL_PORTS, Reason, SideVerdict
+from app.models.network import Reason, SideVerdict
 
 # What each flow purpose is to an ML engineer (jobs/flows.py builds them).
 PURPOSES = {
@@ -42,8 +43,6 @@ class Finding:
 
 
 def _ports(flow: Flow) -> str:
-    if flow.ports == ALL_PORTS:
-        return f"every {flow.protocol} port"
     return f"{flow.protocol} {flow.ports}"
 
 
@@ -62,7 +61,7 @@ def _between(checks: Sequence[FlowCheck], group: JobGroup) -> str:
 
 
 def _what(checks: Sequence[FlowCheck], group: JobGroup) -> str:
-    """`NCCL/Gloo collective traffic (every TCP port) and rendezvous traffic (TCP 23456) from A to B`."""
+    """`NCCL/Gloo collective traffic (TCP 32768-60999) and rendezvous traffic (TCP 23456) from A to B`."""
     parts = dict.fromkeys(f"{PURPOSES.get(c.flow.purpose, c.flow.purpose)} ({_ports(c.flow)})" for c in checks)
     return f"{' and '.join(parts)} {_between(checks, group)}"
 
@@ -116,9 +115,16 @@ def _fix(finding: Finding, reports: Sequence[ZoneReport], group: JobGroup) -> st
     if check.verdict.verdict == "unknown":
         return ("make the policy evaluable (see the reasons below), or run `topoguard reach` on the flow; "
                 "under enforcement warn the job is admitted unchanged")
-    widest = [c.flow for c in finding.checks if c.flow.ports == ALL_PORTS]
-    ports = _ports(widest[0]) if widest else ", ".join(dict.fromkeys(_ports(c.flow) for c in finding.checks))
+    flows = [c.flow for c in finding.checks]
+    widest = [f for f in flows if not any(_covers(o, f) for o in flows)]  # a port inside a range is said once
+    ports = ", ".join(dict.fromkeys(_ports(f) for f in widest))
     return " and ".join(_side_fix(side_name, side, flow, ports, group) for side_name, side in _blocking_sides(check))
+
+
+def _covers(wide: Flow, flow: Flow) -> bool:
+    """Whether `wide` holds every port of `flow` and more."""
+    return (wide.protocol == flow.protocol and wide.ports != flow.ports
+            and wide.ports.first <= flow.ports.first and flow.ports.last <= wide.ports.last)
 
 
 def _side_fix(side_name: str, side: SideVerdict, flow: Flow, ports: str, group: JobGroup) -> str:

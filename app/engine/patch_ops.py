@@ -58,7 +58,8 @@ _DICT = frozenset({dict})
 def build_patch_fast(
     raw_job: Mapping[str, Any], group: JobGroup, decision: Decision, settings: Settings
 ) -> list[PatchOp] | None:
-    """The ops `patches._build_patch_general` returns, emitted without a copy or a diff; None to fall back to it.
+    """The ops `patches._build_patch_general` returns, emitted without a copy or a diff; None to fall back to it
+    (always for a ComputeDomain job's clique, which only the general path writes).
 
     For an allowed decision and a job written the usual way (see the module docstring); None,
     before anything could differ, for the rest. The ops come in the diff's order: the job's root
@@ -71,7 +72,7 @@ def build_patch_fast(
     an edit sends the job to the general path (each is checked where it is read).
     """
     metadata = raw_job.get("metadata") if type(raw_job) is dict else None
-    if type(metadata) is not dict:
+    if type(metadata) is not dict or decision.clique:
         return None
     found = _usual_templates(raw_job, group.replicas)
     if found is None:

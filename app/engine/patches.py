@@ -279,6 +279,11 @@ def _edit_template(
         if decision.open_zones:
             _require_zone(spec, settings.zone_label, sorted(decision.open_zones), where=spec_path)
         _require_pod_affinity(spec, settings.zone_label, selector, where=spec_path)
+    if decision.clique and replica.key in decision.clique_replicas:  # a ComputeDomain job: one NVLink clique
+        if settings.mode == "pin":
+            _require_zone(spec, settings.clique_label, [decision.clique], where=spec_path)
+        else:
+            _require_pod_affinity(spec, settings.clique_label, selector, where=spec_path)
     _add_tolerations(spec, decision.tolerations.get(replica.key, ()), where=spec_path)
     if spread:
         _add_hostname_spread(spec, selector, where=spec_path)

@@ -406,7 +406,7 @@ def _prepare_checked(
     warn = _enforcement(snapshot, namespace, settings) == "warn"
     try:
         group = jobs.parse_job(obj, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits,
-                               runtimes=snapshot.training_runtimes)
+                               runtimes=snapshot.training_runtimes, collective_ports=settings.collective_ports)
     except jobs.MissingRuntimeError as e:
         return done(_missing_runtime(request, subject, kind, e, warn=warn, cache_problem=cache_problem))
     except jobs.UnsupportedKindError as e:
@@ -614,7 +614,8 @@ def _placement_unchanged(
         return False
     try:
         before = jobs.parse_job(old, gpu_resources=settings.gpu_resources, namespace=namespace,
-                                limits=settings.limits, runtimes=snapshot.training_runtimes)
+                                limits=settings.limits, runtimes=snapshot.training_runtimes,
+                                collective_ports=settings.collective_ports)
     except jobs.JobError:
         return False
     return _placement(before) == _placement(group) and before.flows == group.flows

@@ -119,7 +119,8 @@ def _settle(state: AppState, snapshot: Snapshot) -> None:
     no longer what readers get)."""
     try:
         zones = maps.zone_capacity(
-            snapshot, zone_label=state.settings.zone_label, gpu_resources=state.settings.gpu_resources
+            snapshot, zone_label=state.settings.zone_label, gpu_resources=state.settings.gpu_resources,
+            gpu_device_classes=state.settings.gpu_device_classes,
         )
         state.metrics.record_zones({zone: info["gpusFree"] for zone, info in zones.items()})
         state.metrics.record_reserved({zone: info["gpusReserved"] for zone, info in zones.items()})

@@ -25,14 +25,14 @@ from starlette.concurrency import run_in_threadpool
 from app import engine, jobs, policy
 from app.config import Settings
 from app.engine import audit, capacity, ledger
-from app.engine.gpus import gpu_kinds
+from app.engine.gpus import DEFAULT_GPU_DEVICE_CLASSES, gpu_kinds
 from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
 from app.http.routes import LOGGED_TEXT_CHARS, _enforcement, _Held, _HTTPProblem, _json, _read_body, decode
 from app.http.workers import Shed
 from app.models.cluster import Snapshot
-from app.models.network import ALL_PORTS, Endpoint, PolicyEnforcement, Reason
+from app.models.network import Endpoint, PolicyEnforcement, Reason
 
 if TYPE_CHECKING:  # the kubernetes client loads only where it is used
     from app.cache.access import Access
@@ -40,11 +40,13 @@ if TYPE_CHECKING:  # the kubernetes client loads only where it is used
 log = logging.getLogger(__name__)
 
 
-def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...]) -> dict[str, dict[str, int]]:
+def zone_capacity(snapshot: Snapshot, *, zone_label: str, gpu_resources: tuple[str, ...],
+                  gpu_device_classes: tuple[str, ...] = DEFAULT_GPU_DEVICE_CLASSES) -> dict[str, dict[str, int]]:
     """Per zone: nodes, GPU nodes, allocatable-minus-held GPUs (Ready, schedulable nodes only), and the
     GPUs admitted jobs reserve there (engine/ledger.py; this replica's in-flight holds not included)."""
-    gpu_resources = gpu_kinds(snapshot, gpu_resources)
-    index = capacity.zone_index(snapshot, zone_label=zone_label, gpu_resources=gpu_resources)
+    index = capacity.zone_index(snapshot, zone_label=zone_label, gpu_resources=gpu_resources,
+                                gpu_device_classes=gpu_device_classes)
+    gpu_resources = gpu_kinds(snapshot, gpu_resources, gpu_device_classes)
     reserved = ledger.ledger_of(snapshot, gpu_resources=gpu_resources).by_zone  # the stored jobs' reservations
     out: dict[str, dict[str, int]] = {}
     for zone in index.zones:
@@ -65,23 +67,24 @@ def _reason(r: Reason) -> dict[str, str]:
 
 def namespace_map(snapshot: Snapshot, settings: Settings, namespace: str) -> dict[str, Any]:
     """The policies that can apply to pods of `namespace`, and per zone whether two pods of it placed
-    in that zone can open collective traffic to each other (TCP, every port)."""
+    in that zone can open collective traffic to each other (TCP, the collectives' range `collectivePorts`)."""
     ns_labels = snapshot.namespace_labels(namespace)
     policies = [
         {"kind": p.kind, "policy": p.ref}
         for p in snapshot.policies
         if p.namespace == namespace or not p.namespace  # namespaced ones apply in their namespace only
     ]
-    zones = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources).zones
+    zones = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes).zones
     flows = []
     for zone in zones:
         labels = {settings.zone_identity_label: zone} if settings.zone_identity_label else {}
         # The policy messages name an endpoint as `namespace/name`, so the name is the pod alone.
         pod = Endpoint(namespace=namespace, labels=labels, namespace_labels=ns_labels, name=f"<pod in {zone}>")
         agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
-        verdict = policy.check_flow(snapshot, pod, pod, ALL_PORTS, "TCP",
+        verdict = policy.check_flow(snapshot, pod, pod, settings.collective_ports, "TCP",
                                     enforcement=cast(PolicyEnforcement, agent.policy_enforcement), agent=agent)
-        flows.append({"zone": zone, "flow": f"pod → pod TCP/{ALL_PORTS}", "verdict": verdict.verdict,
+        flows.append({"zone": zone, "flow": f"pod → pod TCP/{settings.collective_ports}", "verdict": verdict.verdict,
                       "reasons": [_reason(r) for r in verdict.reasons]})
     return {
         "name": namespace,
@@ -101,7 +104,7 @@ def job_map(snapshot: Snapshot, settings: Settings, raw: Any) -> dict[str, Any]:
     namespace = str((metadata.get("namespace") if isinstance(metadata, Mapping) else None) or "default")
     try:
         group = jobs.parse_job(raw, gpu_resources=settings.gpu_resources, namespace=namespace, limits=settings.limits,
-                               runtimes=snapshot.training_runtimes)
+                               runtimes=snapshot.training_runtimes, collective_ports=settings.collective_ports)
     except jobs.JobLimitError as e:
         raise _HTTPProblem(422, f"the job is larger than topoguard checks: {e}") from None
     except jobs.JobError as e:
@@ -138,7 +141,8 @@ def build_map(
 ) -> dict[str, Any]:
     snapshot, problem = state.snapshot()
     settings = state.settings
-    zones = zone_capacity(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources)
+    zones = zone_capacity(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
+                        gpu_device_classes=settings.gpu_device_classes)
     out: dict[str, Any] = {
         "revision": snapshot.revision,
         "zoneLabel": settings.zone_label,

@@ -7,11 +7,13 @@ pointers to the pod templates it may patch. Pure: no I/O, no Kubernetes client.
 Public API (the engine and HTTP layers use exactly these names):
 
 - `SUPPORTED`: the (apiVersion, kind) pairs understood.
-- `parse_job(raw, *, gpu_resources, namespace="", limits=Limits(), runtimes=None)` → `JobGroup`; raises
+- `parse_job(raw, *, gpu_resources, namespace="", limits=Limits(), runtimes=None, collective_ports=EPHEMERAL_PORTS)`
+  → `JobGroup`; raises
   `UnsupportedKindError`, `InvalidJobError` (every malformed field, with its path), `JobLimitError`
   (a job larger than `limits`, checked before its flows are built) or, for a TrainJob whose runtime is
   not among `runtimes`, `MissingRuntimeError`; never anything else.
-- `job_shape(raw, *, gpu_resources, limits=Limits(), runtimes=None)` → `JobShape` (a stored job's replica types
+- `job_shape(raw, *, gpu_resources, limits=Limits(), runtimes=None, collective_ports=EPHEMERAL_PORTS)` → `JobShape`
+  (a stored job's replica types
   and required flows, for the audit); a job `parse_job` refuses gets a shape whose `problem` says why.
 - `prepare_templates(doc, group)`: make every `Replica.template_path` exist in `doc` (the
   caller's working copy of the job, which it then edits and diffs into a JSON Patch). Idempotent.
@@ -24,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.config import Limits
-from app.jobs import jobset, kubeflow, kubeflow_plain, trainjob
+from app.jobs import flows, jobset, kubeflow, kubeflow_plain, trainjob
 from app.jobs import limits as limits_
 from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
 from app.jobs.limits import JobLimitError
@@ -35,6 +37,7 @@ from app.jobs.templates import is_object, type_name
 from app.jobs.trainjob import unsuspends
 from app.models.cluster import RuntimeKey, TrainingRuntimeInfo
 from app.models.job import JobGroup, JobShape
+from app.models.network import EPHEMERAL_PORTS, PortRange
 
 __all__ = [
     "SUPPORTED",
@@ -51,7 +54,7 @@ __all__ = [
     "unsuspends",
 ]
 
-# Each called as parser(raw, gpu_resources=..., namespace=...).
+# Each called as parser(raw, gpu_resources=..., namespace=..., collective_ports=...).
 _Parser = Callable[..., JobGroup]
 
 _PARSERS: Mapping[tuple[str, str], _Parser] = {
@@ -78,6 +81,7 @@ def parse_job(
     namespace: str = "",
     limits: Limits = DEFAULT_LIMITS,
     runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] | None = None,
+    collective_ports: PortRange = EPHEMERAL_PORTS,
 ) -> JobGroup:
     """The `JobGroup` of a job object as the user submitted it.
 
@@ -88,6 +92,8 @@ def parse_job(
         limits: the largest job to consider (settings `limits`).
         runtimes: the cluster's Trainer runtimes (`Snapshot.training_runtimes`): a TrainJob's pods are
             composed from the one it names. None: not known, only what the TrainJob says is used.
+        collective_ports: the TCP ports collectives use (settings `collectivePorts`), unless the job's
+            annotation `topoguard.io/collective-ports` names its own (jobs/flows.py `collective_ports`).
 
     Raises:
         UnsupportedKindError: apiVersion/kind is not in `SUPPORTED`.
@@ -105,10 +111,17 @@ def parse_job(
         raise UnsupportedKindError(api_version, kind)
     map_key = _REPLICA_MAPS.get((api_version, kind))
     limits_.check_replica_types(limits_.replica_map_size(raw, map_key) if map_key else None, limits)
-    if parser is trainjob.parse:
-        group = trainjob.parse(raw, gpu_resources=tuple(gpu_resources), namespace=namespace, runtimes_by_key=runtimes)
-    else:
-        group = parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace)
+    ports, bad_ports = flows.collective_ports(raw, collective_ports)
+    try:
+        if parser is trainjob.parse:
+            group = trainjob.parse(raw, gpu_resources=tuple(gpu_resources), namespace=namespace,
+                                   runtimes_by_key=runtimes, collective_ports=ports)
+        else:
+            group = parser(raw, gpu_resources=tuple(gpu_resources), namespace=namespace, collective_ports=ports)
+    except InvalidJobError as e:
+        raise InvalidJobError([*bad_ports, *e.errors]) from None
+    if bad_ports:
+        raise InvalidJobError(bad_ports)
     limits_.check_group(group, limits)
     return group
 
@@ -119,11 +132,13 @@ def job_shape(
     gpu_resources: Sequence[str],
     limits: Limits = DEFAULT_LIMITS,
     runtimes: Mapping[RuntimeKey, TrainingRuntimeInfo] | None = None,
+    collective_ports: PortRange = EPHEMERAL_PORTS,
 ) -> JobShape:
     """The replica types and required flows of a stored job (`parse_job`'s group, `shapes.shape_of`), for the
     audit; a job that cannot be parsed gets a shape that says why (`JobShape.problem`), never an exception."""
     try:
-        group = parse_job(raw, gpu_resources=gpu_resources, limits=limits, runtimes=runtimes)
+        group = parse_job(raw, gpu_resources=gpu_resources, limits=limits, runtimes=runtimes,
+                          collective_ports=collective_ports)
     except JobError as e:
         return JobShape(problem=str(e))
     return shape_of(group)

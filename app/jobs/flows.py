@@ -7,18 +7,27 @@ Three shapes cover every supported framework (research/kubeflow-formats.md):
 - all-to-all: TensorFlow's `TF_CONFIG` lists every task and each dials each on its port;
 - launcher: MPI's launcher reaches every worker (ssh for mpi-operator v2beta1).
 
-On top of these, collective libraries (NCCL, Gloo, MPI's out-of-band channel) open connections
-between all ranks on ephemeral ports, so the GPU replicas (and the coordinator) need each
-other on every TCP port (`ALL_PORTS`, purpose "collective").
+On top of these, collective libraries (NCCL, Gloo, most MPI transports) open connections between
+all ranks to listeners bound on port 0, so on ports the kernel picks from its ephemeral range
+(`EPHEMERAL_PORTS`, 32768-60999 unless the pods' sysctl says otherwise): the GPU replicas (and the
+coordinator) need each other on that range (purpose "collective"), not on every port. The range is
+the setting `collectivePorts`; a job that pins its ports (e.g. its pods set the namespaced sysctl
+`net.ipv4.ip_local_port_range`) says which with the annotation `topoguard.io/collective-ports`
+(`collective_ports`). The frameworks' fixed ports are the flows above, never folded into the range.
+Not in the default range: Open MPI's TCP BTL (the first free port from 1024, `btl_tcp_port_min_v4`)
+and XGBoost's rabit before 2.0 (from 9010); such jobs name their range with the annotation (README,
+"Limits and known gaps").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
+from app.jobs.errors import FieldError, join_path
 from app.models.job import Flow
-from app.models.network import ALL_PORTS, PortRange
+from app.models.labels import COLLECTIVE_PORTS_ANNOTATION
+from app.models.network import PortRange
 
 SSH_PORT = 22
 
@@ -66,8 +75,11 @@ def build_launcher(launcher: str, workers: Iterable[Member], port: int, *, port_
     ]
 
 
-def build_collective(members: Sequence[Member], coordinator: str, *, cpu_collectives: bool = True) -> list[Flow]:
-    """All TCP ports between the replicas that take part in collectives, both ways.
+def build_collective(
+    members: Sequence[Member], coordinator: str, ports: PortRange, *, cpu_collectives: bool = True
+) -> list[Flow]:
+    """TCP `ports` (the collectives' range, `collective_ports`) between the replicas that take part in
+    collectives, both ways.
 
     The participants are the replicas that ask for GPUs plus the coordinator. When no replica
     asks for GPUs, every replica takes part if the framework's CPU collectives open their own
@@ -79,7 +91,24 @@ def build_collective(members: Sequence[Member], coordinator: str, *, cpu_collect
         active = [m for m in active if m.gpus > 0 or m.key == coordinator]
     elif not cpu_collectives:
         return []
-    return [Flow(src.key, dst.key, ALL_PORTS, "TCP", "collective") for src, dst in _pairs(active)]
+    return [Flow(src.key, dst.key, ports, "TCP", "collective") for src, dst in _pairs(active)]
+
+
+def collective_ports(raw: Any, default: PortRange) -> tuple[PortRange, list[FieldError]]:
+    """The range a job's collectives use: its annotation `topoguard.io/collective-ports` (`40000-40100`)
+    when it has one, else `default` (settings `collectivePorts`); an unusable annotation is a FieldError
+    naming it. Metadata of the wrong type is left to the adapter's own reader, which reports it."""
+    metadata = raw.get("metadata") if isinstance(raw, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    value = annotations.get(COLLECTIVE_PORTS_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not isinstance(value, str):
+        return default, []
+    try:
+        return PortRange.parse(value), []
+    except ValueError as e:
+        where = join_path("metadata.annotations", COLLECTIVE_PORTS_ANNOTATION)
+        return default, [FieldError(where, f"{e}; it names the TCP ports the job's NCCL/Gloo/MPI "
+                                           f"collectives use, e.g. \"40000-40100\"")]
 
 
 def _pairs(members: Sequence[Member]) -> list[tuple[Member, Member]]:

@@ -1,9 +1,11 @@
 """Adapter for jobset.x-k8s.io/v1alpha2 JobSet (research/kubeflow-formats.md §4, JobSet v0.12.0).
 
 A JobSet is a list of replicatedJobs, each `replicas` batch Jobs of `min(parallelism,
-completions)` pods. There is no framework, so no known rendezvous port: the group needs the
-collective traffic (all TCP ports) between its concurrently running GPU replicatedJobs and the
-coordinator (`spec.coordinator`, else the first replicatedJob that runs with the others).
+completions)` pods. There is no framework, so no rendezvous port it implies: the group needs the
+collective traffic (the collectives' range, jobs/flows.py) between its concurrently running GPU
+replicatedJobs and the coordinator (`spec.coordinator`, else the first replicatedJob that runs with
+the others), and every pod reaches the coordinator on each TCP port the coordinator's pods declare
+(`containerPort`: what they listen on, e.g. torchrun's MASTER_PORT).
 
 A replicatedJob that another one `dependsOn` with status `Complete` (an initializer) has
 finished before the others start, so it takes part in no flow.
@@ -20,7 +22,7 @@ from app.jobs.errors import FieldError, InvalidJobError, join_path
 from app.jobs.groups import JobMeta, make_replica, read_job_meta
 from app.jobs.pointers import build_pointer
 from app.jobs.templates import PodFacts, read_int, read_list, read_mapping, read_pod_template, read_str, type_name
-from app.models.job import JobGroup, Replica
+from app.models.job import Flow, JobGroup, Replica
 from app.models.labels import (
     BATCH_JOB_NAME_LABEL,
     COMPLETION_INDEX_LABEL,
@@ -32,6 +34,7 @@ from app.models.labels import (
     REPLICATED_JOB_NAME_LABEL,
     REPLICATED_JOB_REPLICAS_LABEL,
 )
+from app.models.network import PortRange
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -52,7 +55,9 @@ class _RJob:
     facts: PodFacts
 
 
-def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str) -> JobGroup:
+def parse(
+    raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str, collective_ports: PortRange
+) -> JobGroup:
     """The group of a JobSet; raises InvalidJobError listing every bad field."""
     errors: list[FieldError] = []
     meta = read_job_meta(raw, namespace, errors)
@@ -65,7 +70,7 @@ def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: st
     replicas = tuple(_build_replica(r, meta, coordinator, coordinator_value) for r in rjobs)
     finished_first = _finished_first(spec)
     members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas if r.key not in finished_first]
-    flow_list = flows.build_collective(members, coordinator) if flows.has_peer(members) else []
+    flow_list = _flows(members, replicas, coordinator, collective_ports) if flows.has_peer(members) else []
     return JobGroup(
         api_version=API_VERSION,
         kind=KIND,
@@ -77,6 +82,20 @@ def parse(raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: st
         group_selector={JOBSET_NAME_LABEL: meta.name} if meta.name else {},
         annotations=meta.annotations,
     )
+
+
+def _flows(
+    members: Sequence[flows.Member], replicas: Sequence[Replica], coordinator: str, collective_ports: PortRange
+) -> list[Flow]:
+    """Rendezvous on each TCP port the coordinator's pods declare, and the collectives."""
+    declared: dict[int, str] = {}
+    for p in next((r.ports for r in replicas if r.key == coordinator), ()):
+        if p.protocol == "TCP":
+            declared.setdefault(p.port, p.name)
+    out: list[Flow] = []
+    for port, name in declared.items():
+        out += flows.build_rendezvous(members, coordinator, port, port_name=name)
+    return out + flows.build_collective(members, coordinator, collective_ports)
 
 
 def _read_rjobs(spec: Mapping[str, Any], errors: list[FieldError], *, gpu_resources: Sequence[str]) -> list[_RJob]:

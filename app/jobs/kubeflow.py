@@ -25,6 +25,7 @@ from app.models import labels as L
 from app.models.cluster import ContainerPort
 from app.models.job import Flow, JobGroup, Replica
 from app.models.labels import BATCH_JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL
+from app.models.network import PortRange
 
 Shape = Literal["rendezvous", "all-to-all", "mpi-exec", "mpi-ssh"]
 
@@ -184,7 +185,10 @@ class _Spec(NamedTuple):
     facts: PodFacts
 
 
-def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequence[str], namespace: str) -> JobGroup:
+def parse(
+    raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequence[str], namespace: str,
+    collective_ports: PortRange,
+) -> JobGroup:
     """The group of a kubeflow.org replica-map job; raises InvalidJobError listing every bad field.
 
     Read field by field: `parse_job` calls it only for a job `kubeflow_plain.read_plain` does not
@@ -216,7 +220,7 @@ def parse(raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequen
         namespace=meta.namespace,
         replicas=tuple(replicas),
         coordinator=coordinator.key,
-        flows=tuple(build_flows(replicas, ports, coordinator.key, framework, rendezvous)),
+        flows=tuple(build_flows(replicas, ports, coordinator.key, framework, rendezvous, collective_ports)),
         group_selector=group_selector,
         annotations=meta.annotations,
     )
@@ -453,6 +457,7 @@ def build_flows(
     coordinator: str,
     framework: Framework,
     rendezvous: Rendezvous,
+    collective_ports: PortRange,
 ) -> list[Flow]:
     members = [flows.Member(r.key, r.count, r.gpus_per_pod) for r in replicas]
     if not flows.has_peer(members):
@@ -470,5 +475,6 @@ def build_flows(
     # "mpi-exec" (training-operator MPIJob v1): the launcher starts `orted` on workers through the
     # apiserver (`kubectl exec`); the orted daemons then dial mpirun back on an ephemeral port
     # (`orte_hnp_uri tcp://<launcher-ip>:<port>`), which the collective flows below cover.
-    out += flows.build_collective(members, coordinator, cpu_collectives=framework.shape != "all-to-all")
+    out += flows.build_collective(members, coordinator, collective_ports,
+                                  cpu_collectives=framework.shape != "all-to-all")
     return out

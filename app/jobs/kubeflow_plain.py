@@ -27,6 +27,7 @@ from app.jobs.templates import EMPTY_FACTS, PodFacts, read_plain_pod_template, r
 from app.models import labels as L
 from app.models.cluster import BoundedMemo
 from app.models.job import Flow, JobGroup, Replica
+from app.models.network import PortRange
 
 # One replica spec as read: (key as written, canonical type, pod count, template, template facts).
 _PlainSpec = tuple[str, str, int, "dict[str, Any] | None", PodFacts]
@@ -39,15 +40,20 @@ FLOWS_MEMO_SIZE = 1024
 _FLOWS: BoundedMemo[tuple[Hashable, ...], tuple[Flow, ...]] = BoundedMemo(FLOWS_MEMO_SIZE)
 
 
-def parse(raw: Any, framework: Framework, *, gpu_resources: Sequence[str], namespace: str) -> JobGroup:
+def parse(
+    raw: Any, framework: Framework, *, gpu_resources: Sequence[str], namespace: str, collective_ports: PortRange
+) -> JobGroup:
     """`kubeflow.parse`, in one pass when the job is written the usual way."""
-    group = read_plain(raw, framework, gpu_resources, namespace)
+    group = read_plain(raw, framework, gpu_resources, namespace, collective_ports)
     if group is not None:
         return group
-    return kubeflow.parse(raw, framework, gpu_resources=gpu_resources, namespace=namespace)
+    return kubeflow.parse(raw, framework, gpu_resources=gpu_resources, namespace=namespace,
+                          collective_ports=collective_ports)
 
 
-def read_plain(raw: Any, framework: Framework, gpu_resources: Sequence[str], namespace: str) -> JobGroup | None:
+def read_plain(
+    raw: Any, framework: Framework, gpu_resources: Sequence[str], namespace: str, collective_ports: PortRange
+) -> JobGroup | None:
     """The group `kubeflow.parse` gives for `raw`, or None when `raw` is not plain.
 
     Plain: dicts, lists, strs, ints and bools where the field readers accept them, every value
@@ -88,7 +94,7 @@ def read_plain(raw: Any, framework: Framework, gpu_resources: Sequence[str], nam
             "namespace": meta[1],
             "replicas": tuple(replicas),
             "coordinator": coordinator,
-            "flows": _flows(tuple(members), coordinator, framework, rendezvous, replicas),
+            "flows": _flows(tuple(members), coordinator, framework, rendezvous, replicas, collective_ports),
             "group_selector": group_selector,
             "annotations": meta[2],
             "supports_spread": True,
@@ -220,17 +226,18 @@ def _build_replica(
 
 def _flows(
     members: _Members, coordinator: str, framework: Framework, rendezvous: kubeflow.Rendezvous,
-    replicas: Sequence[Replica],
+    replicas: Sequence[Replica], collective_ports: PortRange,
 ) -> tuple[Flow, ...]:
     """The group's flows, built by `kubeflow.build_flows` once per shape of job (`_FLOWS`).
 
     The shape (`members`) holds what the flows depend on: which replicas have no pod, one, or two
-    and more (flows.py pairs a replica with itself only then), ask for GPUs, and their ports.
+    and more (flows.py pairs a replica with itself only then), ask for GPUs, and their ports; with the
+    collectives' range.
     """
-    key = (framework.shape, framework.port_name, coordinator, rendezvous, members)
+    key = (framework.shape, framework.port_name, coordinator, rendezvous, members, collective_ports)
     found = _FLOWS.get(key)
     if found is None:
         ports = {m[0]: m[3] for m in members}
-        found = tuple(kubeflow.build_flows(replicas, ports, coordinator, framework, rendezvous))
+        found = tuple(kubeflow.build_flows(replicas, ports, coordinator, framework, rendezvous, collective_ports))
         _FLOWS.put(key, found)
     return found

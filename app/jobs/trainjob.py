@@ -40,6 +40,7 @@ from app.jobs.templates import read_mapping, read_pod_template
 from app.models.cluster import RuntimeKey, TrainingRuntimeInfo
 from app.models.job import Flow, JobGroup, Replica
 from app.models.labels import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, MANAGER_NAME
+from app.models.network import PortRange
 
 __all__ = ["API_VERSION", "KIND", "MissingRuntimeError", "parse", "prepare", "unsuspends"]
 
@@ -61,6 +62,7 @@ def parse(
     gpu_resources: Sequence[str],
     namespace: str,
     runtimes_by_key: Mapping[RuntimeKey, TrainingRuntimeInfo] | None = None,
+    collective_ports: PortRange,
 ) -> JobGroup:
     """The group of a TrainJob; raises InvalidJobError listing every bad field, MissingRuntimeError."""
     errors: list[FieldError] = []
@@ -98,7 +100,7 @@ def parse(
         namespace=meta.namespace,
         replicas=tuple(replicas),
         coordinator=coordinator,
-        flows=tuple(_build_flows(members, composition, coordinator)),
+        flows=tuple(_build_flows(members, composition, coordinator, collective_ports)),
         group_selector={JOBSET_NAME_LABEL: meta.name} if meta.name else {},
         annotations=meta.annotations,
         supports_spread=False,
@@ -232,15 +234,17 @@ def _ssh_port(composition: Composition) -> int:
     return flows.SSH_PORT
 
 
-def _build_flows(members: list[flows.Member], composition: Composition, coordinator: str) -> list[Flow]:
+def _build_flows(
+    members: list[flows.Member], composition: Composition, coordinator: str, collective_ports: PortRange
+) -> list[Flow]:
     if not flows.has_peer(members):
         return []
     if composition.framework == "mpi" and coordinator == LAUNCHER_JOB:
         out = flows.build_launcher(LAUNCHER_JOB, members, _ssh_port(composition))
-        return out + flows.build_collective(members, LAUNCHER_JOB)
+        return out + flows.build_collective(members, LAUNCHER_JOB, collective_ports)
     port = runtimes.FRAMEWORK_PORTS.get(composition.framework)
     out = flows.build_rendezvous(members, NODE_JOB, port) if port else []
-    return out + flows.build_collective(members, NODE_JOB)
+    return out + flows.build_collective(members, NODE_JOB, collective_ports)
 
 
 def _describe(composition: Composition) -> str:

@@ -66,5 +66,8 @@ class Decision:
     capacity: str = ""
     # One sentence an ML engineer understands first: what will go wrong (or where the job goes) and the
     # smallest fix (engine/lead.py); `lead_covers`: the zone problems it states, not repeated after it.
+    # The NVLink clique (`cliqueLabel` value) a ComputeDomain job is kept in, and the replicas pinned to it.
+    clique: str = ""
+    clique_replicas: tuple[str, ...] = ()
     lead: str = ""
     lead_covers: tuple[str, ...] = ()

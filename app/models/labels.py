@@ -8,6 +8,8 @@ ENFORCEMENT_LABEL = "topoguard.io/enforcement"
 # Per-job opt-out: the job's annotation asks, the namespace's label allows (docs/operations.md "Opting a job out").
 SKIP_ANNOTATION = "topoguard.io/skip"
 ALLOW_SKIP_LABEL = "topoguard.io/allow-skip"
+# Per job: the TCP ports its collectives use, `FIRST-LAST`, when it pins them (jobs/flows.py).
+COLLECTIVE_PORTS_ANNOTATION = "topoguard.io/collective-ports"
 
 # What topoguard writes on the job.
 ZONE_ANNOTATION = "topoguard.io/zone"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from app.models.cluster import ContainerPort
+
+_PORT_RANGE = re.compile(r"([0-9]{1,5}) *(?:- *([0-9]{1,5}))?")
 
 VerdictKind = Literal["allow", "deny", "unknown"]
 Protocol = Literal["TCP", "UDP", "SCTP", "ANY"]
@@ -45,11 +48,29 @@ class PortRange:
     def single(cls, port: int) -> PortRange:
         return cls(port, port)
 
+    @classmethod
+    def parse(cls, text: str) -> PortRange:
+        """`40000-40100` or `40000` (ports 1-65535, the first not above the last); ValueError saying why not."""
+        match = _PORT_RANGE.fullmatch(str(text).strip())
+        if match is None:
+            raise ValueError(f"{text!r} is not a port or a port range FIRST-LAST (like 32768-60999)")
+        ports = cls(int(match[1]), int(match[2] or match[1]))
+        if not 1 <= ports.first <= ports.last <= 65535:
+            raise ValueError(f"{text!r}: ports must be 1-65535 and the range ascending")
+        return ports
+
     def __str__(self) -> str:
         return str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
 
 
 ALL_PORTS = PortRange(1, 65535)
+# The ports NCCL, Gloo and most MPI transports (MPICH, Intel MPI, Open MPI's out-of-band channel) listen
+# on for their peer connections unless a job pins them: they bind port 0, so the kernel picks one from
+# `net.ipv4.ip_local_port_range`, "32768 and 60999" by default (Linux Documentation/networking/
+# ip-sysctl.rst, ip_local_port_range; net/ipv4/af_inet.c `inet_init_net` sets it per network namespace,
+# so a pod starts with the default, not its node's value, unless its securityContext sets the namespaced
+# sysctl). Settings `collectivePorts` changes it.
+EPHEMERAL_PORTS = PortRange(32768, 60999)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from tests.chart.rendering import CHART, HelmError, Render, run_helm
     pytest.param(["config.capacityPolicy=later"], "/config/capacityPolicy", id="bad capacityPolicy"),
     pytest.param(["config.spreadWithinZone=zone"], "/config/spreadWithinZone", id="bad spreadWithinZone"),
     pytest.param(["config.gpuResources=nvidia.com/gpu"], "/config/gpuResources", id="gpuResources must be a list"),
+    pytest.param(["config.collectivePorts=every"], "/config/collectivePorts", id="collectivePorts must be a range"),
     pytest.param(["webhook.mutating.failurePolicy=Open"], "/webhook/mutating/failurePolicy", id="bad failurePolicy"),
     pytest.param(["webhook.validating.timeoutSeconds=31"], "/webhook/validating/timeoutSeconds",
                  id="timeout above the apiserver's 30 s"),

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from app.config import Settings, load_settings
+from app.models.network import PortRange
 from tests.chart.rendering import RELEASE, HelmError, Render, one
 
 READ_VERBS = {"get", "list", "watch"}
@@ -102,17 +103,19 @@ def test_server_args_point_at_the_mounted_config_and_certificate(default_objects
 @pytest.mark.parametrize(("config", "want"), [
     pytest.param({}, {"zone_label": "topology.kubernetes.io/zone", "mode": "pin", "enforcement": "deny",
                       "gpu_resources": ("nvidia.com/gpu", "amd.com/gpu"), "request_deadline_seconds": 4.0,
-                      "capacity_policy": "wait", "extended_resource_toleration": False},
+                      "capacity_policy": "wait", "extended_resource_toleration": False,
+                      "collective_ports": PortRange(32768, 60999)},
                  id="defaults load as the documented settings"),
     pytest.param({"config": {"zoneIdentityLabel": "zone", "mode": "colocate", "enforcement": "warn",
                              "policyEnforcement": "always", "spreadWithinZone": "hostname", "zoneStrategy": "binpack",
                              "gpuResources": ["nvidia.com/gpu"], "capacityPolicy": "refuse",
-                             "extendedResourceToleration": True},
+                             "extendedResourceToleration": True, "collectivePorts": "40000-40100"},
                   "webhook": {"mutating": {"timeoutSeconds": 1}}},
                  {"zone_identity_label": "zone", "mode": "colocate", "enforcement": "warn",
                   "policy_enforcement": "always",
                   "spread_within_zone": "hostname", "zone_strategy": "binpack", "gpu_resources": ("nvidia.com/gpu",),
-                  "request_deadline_seconds": 0.5, "capacity_policy": "refuse", "extended_resource_toleration": True},
+                  "request_deadline_seconds": 0.5, "capacity_policy": "refuse", "extended_resource_toleration": True,
+                  "collective_ports": PortRange(40000, 40100)},
                  id="every config key reaches topoguard's Settings"),
 ])
 def test_rendered_config_loads_into_topoguard_settings(

@@ -353,8 +353,10 @@ def test_map_for_a_namespace_lists_its_policies_and_open_zones(map_client: httpx
     assert verdicts == {"zone-a": "allow", "zone-b": "allow"}
     assert got["enforcement"] == "deny"
     zone_a = next(flow for flow in got["flows"] if flow["zone"] == "zone-a")
+    # Collective traffic: the collectives' range (settings collectivePorts), as admission judges it.
+    assert zone_a["flow"] == "pod → pod TCP/32768-60999"
     assert zone_a["reasons"][0]["message"].startswith(
-        "egress of ml-demo/<pod in zone-a> to ml-demo/<pod in zone-a> on 1-65535/TCP is allowed"
+        "egress of ml-demo/<pod in zone-a> to ml-demo/<pod in zone-a> on 32768-60999/TCP is allowed"
     )
 
 

@@ -36,6 +36,7 @@ from tests.integration.conftest import (
 SCENARIOS = [
     "capacity-picks-zone-with-free-gpus",
     "lab-pytorchjob-managed-zone-label",
+    "ssh-deny-overlay-admits-pytorchjob",
     "tfjob-avoids-blocked-zone",
     "validate-split-pin-denied",
 ]

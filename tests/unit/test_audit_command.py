@@ -38,7 +38,7 @@ def test_findings_exit_1_and_the_text_leads_with_one_line_per_job() -> None:
     lines = out.splitlines()
     assert lines[0] == (
         "PyTorchJob ml-demo/ml-training: Worker pods in zone-a cannot reach Master in zone-b on TCP 23456 and "
-        "TCP 1-65535 (collective traffic): CiliumNetworkPolicy ml-demo/deny-cross-zone-gpu-traffic, "
+        "TCP 32768-60999 (collective traffic): CiliumNetworkPolicy ml-demo/deny-cross-zone-gpu-traffic, "
         "ml-demo/allow-intra-zone-a, ml-demo/allow-intra-zone-b (+2 more)"
     )
     assert "  split: Job split across zones zone-a and zone-b: 1 Master pod in zone-b, 4 Worker pods in zone-a" in lines

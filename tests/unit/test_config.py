@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError, Settings, load_settings
+from app.models.network import PortRange
 
 
 def test_defaults_match_the_design_contract() -> None:
@@ -96,3 +97,33 @@ def test_cilium_config_must_be_namespace_slash_name(tmp_path: Path, value: str) 
 def test_cilium_config_names_the_agent_objects() -> None:
     assert Settings().cilium_objects() == ("kube-system", "cilium-config", "cilium")
     assert Settings(cilium_config="").cilium_objects() is None
+
+
+def test_collective_ports_default_to_the_kernel_ephemeral_range_and_come_from_file_and_environment(
+    tmp_path: Path,
+) -> None:
+    assert load_settings(environ={}).collective_ports == PortRange(32768, 60999)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("collectivePorts: 40000-40100\n")
+    assert load_settings(cfg, environ={}).collective_ports == PortRange(40000, 40100)
+    cfg.write_text("collectivePorts: 45000\n")  # YAML reads an int: one port
+    assert load_settings(cfg, environ={}).collective_ports == PortRange(45000, 45000)
+    got = load_settings(cfg, environ={"TOPOGUARD_COLLECTIVE_PORTS": "50000-50100"})
+    assert got.collective_ports == PortRange(50000, 50100)
+    assert got.model_dump(by_alias=True)["collectivePorts"] == "50000-50100"  # written back as it is read
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        pytest.param("every", "not a port or a port range", id="not a range"),
+        pytest.param("60999-32768", "ascending", id="descending"),
+        pytest.param("0-100", "1-65535", id="port 0"),
+        pytest.param("32768-70000", "1-65535", id="past 65535"),
+        pytest.param("32768 60999", "not a port or a port range", id="the sysctl's own form"),
+        pytest.param("", "not a port or a port range", id="empty"),
+    ],
+)
+def test_bad_collective_ports_are_a_clear_error_naming_the_key(value: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=f"collectivePorts: .*{fragment}"):
+        load_settings(environ={"TOPOGUARD_COLLECTIVE_PORTS": value})

@@ -161,12 +161,12 @@ def test_blocked_names_the_flow_the_zones_and_the_policy() -> None:
     (blocked,) = got.findings
     assert blocked.type == "blocked"
     assert blocked.message == (
-        "Worker pods in zone-a cannot reach Master in zone-a on TCP 23456 and TCP 1-65535 (collective traffic): "
+        "Worker pods in zone-a cannot reach Master in zone-a on TCP 23456 and TCP 32768-60999 (collective traffic): "
         "CiliumNetworkPolicy ml/master-ingress"
     )
     assert blocked.policies == ("CiliumNetworkPolicy ml/master-ingress",)
     assert [(f["src"], f["dst"], f["port"], f["verdict"]) for f in blocked.flows] == [
-        ("Worker", "Master", "TCP/23456", "deny"), ("Worker", "Master", "TCP/1-65535", "deny")]
+        ("Worker", "Master", "TCP/23456", "deny"), ("Worker", "Master", "TCP/32768-60999", "deny")]
     assert blocked.flows[0]["srcZones"] == ["zone-a"] and blocked.flows[0]["dstZones"] == ["zone-a"]
     assert blocked.flows[0]["example"] == {"src": "ml/train-worker-0", "dst": "ml/train-master-0"}
 
@@ -242,7 +242,7 @@ def test_pending_pods_pinned_to_a_zone_whose_paths_are_closed() -> None:
     (closed,) = got.findings
     assert closed.type == "zone-closed" and closed.reason == "TopoguardZoneClosed"
     assert closed.message == (
-        "Pending Worker pods pinned to zone-a cannot reach Master in zone-a on TCP 23456 and TCP 1-65535 "
+        "Pending Worker pods pinned to zone-a cannot reach Master in zone-a on TCP 23456 and TCP 32768-60999 "
         "(collective traffic): CiliumNetworkPolicy ml/master-ingress"
     )
     assert closed.flows[0]["srcPending"] is True and closed.flows[0]["srcZones"] == []

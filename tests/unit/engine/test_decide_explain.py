@@ -52,8 +52,8 @@ def test_lab_job_without_identity_label_exits_1_with_the_fix() -> None:
     code, out, _ = explain(str(LAB_JOB), "--cluster", str(LAB_CLUSTER))
     assert code == 1
     first = out.splitlines()[0]
-    assert first.startswith("Refused: Rendezvous traffic (TCP 23456) and NCCL/Gloo collective traffic (every TCP port) "
-                            "between the Worker pods and the Master pod are blocked in zone-a")
+    assert first.startswith("Refused: Rendezvous traffic (TCP 23456) and NCCL/Gloo collective traffic "
+                            "(TCP 32768-60999) between the Worker pods and the Master pod are blocked in zone-a")
     assert "smallest fix: Master carries the static label zone=zone-b" in first
     assert "set zoneIdentityLabel: zone" in first
     # Said once: the flow lines show each verdict, and neither the lead's finding nor the hint is repeated.

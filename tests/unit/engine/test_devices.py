@@ -199,3 +199,14 @@ def test_all_mode_first_available_and_named_claims(snapshot: Snapshot) -> None:
     (shared,) = demand.shared
     assert (shared.name, dict(shared.demand), shared.allocated, shared.node_selector) == ("part-0", {MIG: 1}, True,
                                                                                          None)
+
+
+@pytest.mark.parametrize("count, want", [
+    pytest.param(2, {GPU: (1, 0), MIG: (2, 1)}, id="both slices there: complete"),
+    pytest.param(3, {}, id="a slice missing: incomplete, nothing offered"),
+    pytest.param(1, {}, id="more slices than the count: incomplete"),
+])
+def test_an_incomplete_pool_offers_nothing(snapshot: Snapshot, count: int, want: dict[str, tuple[int, int]]) -> None:
+    slices = tuple(dataclasses.replace(s, slice_count=count) if s.pool == "gpu-b-1" else s
+                   for s in snapshot.resource_slices)
+    assert dict(inventory_of(changed(snapshot, resource_slices=slices)).offers("gpu-b-1")) == want

@@ -41,18 +41,37 @@ def worker_group(count: int = 4, gpus: int = 2):  # type: ignore[no-untyped-def]
     return make_group(make_replica("Worker", count=count, gpus=gpus, coordinator=True), namespace=NS)
 
 
-def test_collectives_blocked_everywhere_name_the_open_port_and_the_fix() -> None:
+def test_collectives_blocked_everywhere_name_their_range_and_the_fix() -> None:
     snapshot = make_snapshot(gpu_zones("zone-a", "zone-b"), namespaces=[make_namespace(NS)],
                              policies=[rendezvous_only()])
     got = decide_fresh(worker_group(), snapshot, Settings())
     assert not got.allowed
     assert got.lead == (
-        "NCCL/Gloo collective traffic (every TCP port) between the Worker pods is blocked in every GPU zone: "
-        "CiliumNetworkPolicy research/llm-rendezvous-only allows them only 23456/TCP (ingress of the Worker pods); "
-        "smallest fix: a policy selecting the Worker pods must allow ingress from the Worker pods on every TCP port"
+        "NCCL/Gloo collective traffic (TCP 32768-60999) between the Worker pods is blocked in every GPU zone: "
+        "no rule of CiliumNetworkPolicy research/llm-rendezvous-only allows it (ingress of the Worker pods); "
+        "smallest fix: a policy selecting the Worker pods must allow ingress from the Worker pods on TCP 32768-60999"
     )
     # Said once: the reasons the lead states are not listed again after it.
     assert lead.remaining_reasons(got) == []
+
+
+def test_collectives_partly_open_name_the_open_ports() -> None:
+    part = make_cnp(
+        "llm-part-of-the-range",
+        {
+            "endpointSelector": {},
+            "ingress": [{"fromEndpoints": [{}],
+                         "toPorts": [{"ports": [{"port": "40000", "endPort": 40100, "protocol": "TCP"}]}]}],
+        },
+        namespace=NS,
+    )
+    snapshot = make_snapshot(gpu_zones("zone-a"), namespaces=[make_namespace(NS)], policies=[part])
+    got = decide_fresh(worker_group(), snapshot, Settings())
+    assert got.lead.startswith(
+        "NCCL/Gloo collective traffic (TCP 32768-60999) between the Worker pods is blocked in zone-a, "
+        "the only zone with GPUs for it: CiliumNetworkPolicy research/llm-part-of-the-range allows them only "
+        "40000-40100/TCP (ingress of the Worker pods)"
+    ), got.lead
 
 
 def test_static_label_hint_is_the_fix_and_both_directions_are_one_finding() -> None:
@@ -63,7 +82,7 @@ def test_static_label_hint_is_the_fix_and_both_directions_are_one_finding() -> N
                              policies=[make_intra_zone_cnp(z, namespace=NS) for z in ("zone-a", "zone-b")])
     got = decide_fresh(make_group(master, worker, namespace=NS), snapshot, Settings())
     assert got.lead.startswith(
-        "Rendezvous traffic (TCP 23456) and NCCL/Gloo collective traffic (every TCP port) between the Worker pods "
+        "Rendezvous traffic (TCP 23456) and NCCL/Gloo collective traffic (TCP 32768-60999) between the Worker pods "
         "and the Master pod are blocked in zone-a, the only zone with GPUs for it: "
     )
     assert "CiliumNetworkPolicy research/allow-intra-zone-a" in got.lead

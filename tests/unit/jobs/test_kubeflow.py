@@ -10,7 +10,7 @@ from app import jobs
 from app.models import labels as L
 from app.models.cluster import ContainerPort
 from app.models.job import Flow, JobGroup, Replica, UserPlacement
-from app.models.network import ALL_PORTS, PortRange
+from app.models.network import EPHEMERAL_PORTS, PortRange
 from tests.unit.jobs.builders import GPU_RESOURCES, container, kubeflow_job, replica, template
 
 V2 = "kubeflow.org/v2beta1"
@@ -396,10 +396,12 @@ def test_default_port_is_added_to_the_framework_container_ports() -> None:
         ),
     ],
 )
-def test_collective_flows_cover_all_ports_between_participants(raw: dict[str, Any], want: set[tuple[str, str]]) -> None:
+def test_collective_flows_cover_the_ephemeral_range_between_participants(
+    raw: dict[str, Any], want: set[tuple[str, str]]
+) -> None:
     group = parse(raw)
     assert collective_pairs(group) == want
-    assert all(f.ports == ALL_PORTS and f.protocol == "TCP" for f in group.flows if f.purpose == "collective")
+    assert all(f.ports == EPHEMERAL_PORTS and f.protocol == "TCP" for f in group.flows if f.purpose == "collective")
 
 
 def test_replica_reads_placement_account_and_host_network_as_written() -> None:
@@ -542,9 +544,9 @@ def test_whole_group_of_a_gpu_pytorchjob() -> None:
         coordinator="Master",
         flows=(
             rendezvous("Worker", "Master", 23456, "pytorchjob-port"),
-            Flow("Master", "Worker", ALL_PORTS, "TCP", "collective"),
-            Flow("Worker", "Master", ALL_PORTS, "TCP", "collective"),
-            Flow("Worker", "Worker", ALL_PORTS, "TCP", "collective"),
+            Flow("Master", "Worker", EPHEMERAL_PORTS, "TCP", "collective"),
+            Flow("Worker", "Master", EPHEMERAL_PORTS, "TCP", "collective"),
+            Flow("Worker", "Worker", EPHEMERAL_PORTS, "TCP", "collective"),
         ),
         group_selector=common,
         annotations={},

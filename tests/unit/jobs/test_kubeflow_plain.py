@@ -29,6 +29,7 @@ from app import jobs
 from app.config import Limits
 from app.jobs import kubeflow, kubeflow_plain
 from app.models.job import JobGroup
+from app.models.network import EPHEMERAL_PORTS
 from tests.unit.jobs.builders import (
     FIXTURES,
     GPU,
@@ -137,7 +138,8 @@ def _framework(doc: dict[str, Any]) -> kubeflow.Framework:
 
 def _reference(doc: Any, gpu_resources: tuple[str, ...]) -> Any:
     try:
-        return kubeflow.parse(doc, _framework(doc), gpu_resources=gpu_resources, namespace="ml")
+        return kubeflow.parse(doc, _framework(doc), gpu_resources=gpu_resources, namespace="ml",
+                              collective_ports=EPHEMERAL_PORTS)
     except jobs.InvalidJobError as e:
         return ("invalid", e.errors)
 
@@ -194,7 +196,7 @@ def _assert_same_group(fast: Any, reference: Any, job: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("doc", USUAL.values(), ids=USUAL.keys())
 def test_usual_job_is_read_in_one_pass_to_the_reference_group(doc: dict[str, Any]) -> None:
-    fast = kubeflow_plain.read_plain(doc, _framework(doc), GPU_RESOURCES, "ml")
+    fast = kubeflow_plain.read_plain(doc, _framework(doc), GPU_RESOURCES, "ml", EPHEMERAL_PORTS)
     assert fast is not None
     _assert_same_group(fast, _reference(doc, GPU_RESOURCES), doc)
 
@@ -245,7 +247,7 @@ FLOW_SHAPES = [
 
 def test_flows_follow_each_shape_of_job_in_turn() -> None:
     for doc in FLOW_SHAPES:
-        fast = kubeflow_plain.read_plain(doc, _framework(doc), GPU_RESOURCES, "ml")
+        fast = kubeflow_plain.read_plain(doc, _framework(doc), GPU_RESOURCES, "ml", EPHEMERAL_PORTS)
         reference = _reference(doc, GPU_RESOURCES)
         assert fast is not None
         assert fast.flows == reference.flows
@@ -285,7 +287,7 @@ NOT_PLAIN = {
 
 @pytest.mark.parametrize(("case", "doc"), NOT_PLAIN.items(), ids=NOT_PLAIN.keys())
 def test_job_written_otherwise_is_left_to_the_field_by_field_reader(case: str, doc: dict[str, Any]) -> None:
-    assert kubeflow_plain.read_plain(doc, _framework(doc), GPU_RESOURCES, "ml") is None
+    assert kubeflow_plain.read_plain(doc, _framework(doc), GPU_RESOURCES, "ml", EPHEMERAL_PORTS) is None
     assert isinstance(_reference(doc, GPU_RESOURCES), JobGroup) == case.startswith("valid")
 
 
@@ -297,7 +299,7 @@ UNLIMITED = Limits(pods_per_replica_type=2**62, pods_per_job=2**62, replica_type
 @given(st.sampled_from(list(USUAL.values())).flatmap(_mutated_same_kind), GPU_CHOICES)
 def test_one_pass_reader_answers_only_with_the_reference_group(doc: Any, gpu_resources: tuple[str, ...]) -> None:
     reference = _reference(doc, gpu_resources)
-    fast = kubeflow_plain.read_plain(doc, _framework(doc), gpu_resources, "ml")
+    fast = kubeflow_plain.read_plain(doc, _framework(doc), gpu_resources, "ml", EPHEMERAL_PORTS)
     event("one pass" if fast is not None else "field by field")
     if fast is not None:
         _assert_same_group(fast, reference, doc)

@@ -11,7 +11,7 @@ from app.jobs import jobset
 from app.jobs import trainjob as tjm
 from app.models.job import Flow, JobGroup
 from app.models.labels import MANAGER_NAME
-from app.models.network import ALL_PORTS, PortRange
+from app.models.network import EPHEMERAL_PORTS, PortRange
 from tests.unit.jobs.builders import GPU, GPU_RESOURCES, runtime_patch, trainjob
 
 TOLERATION = {"key": "training", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
@@ -47,7 +47,7 @@ def test_torch_trainjob_rendezvous_on_29500_between_nodes() -> None:
     )
     assert group.flows == (
         Flow("node", "node", PortRange.single(29500), "TCP", "rendezvous"),
-        Flow("node", "node", ALL_PORTS, "TCP", "collective"),
+        Flow("node", "node", EPHEMERAL_PORTS, "TCP", "collective"),
     )
     assert (group.supports_spread, dict(group.group_selector)) == (False, {tjm.JOBSET_NAME_LABEL: "tj"})
 

@@ -24,7 +24,7 @@ from app.jobs import jobset, runtimes
 from app.jobs.errors import FieldError
 from app.models.cluster import TrainingRuntimeInfo
 from app.models.job import Flow, JobGroup
-from app.models.network import ALL_PORTS, PortRange
+from app.models.network import EPHEMERAL_PORTS, PortRange
 from tests.unit.crd import structural
 from tests.unit.jobs.builders import GPU, GPU_RESOURCES
 
@@ -129,9 +129,9 @@ def test_deepspeed_runs_its_launcher_as_a_node_and_reaches_the_nodes_over_its_ss
     ]
     assert set(group.flows) == {
         Flow("launcher", "node", PortRange.single(2222), "TCP", "launcher"),
-        Flow("launcher", "node", ALL_PORTS, "TCP", "collective"),
-        Flow("node", "launcher", ALL_PORTS, "TCP", "collective"),
-        Flow("node", "node", ALL_PORTS, "TCP", "collective"),
+        Flow("launcher", "node", EPHEMERAL_PORTS, "TCP", "collective"),
+        Flow("node", "launcher", EPHEMERAL_PORTS, "TCP", "collective"),
+        Flow("node", "node", EPHEMERAL_PORTS, "TCP", "collective"),
     }
 
 

@@ -22,6 +22,10 @@ WORKER = endpoint(name="worker", role="worker", zone="a")
 COORD = endpoint(name="coord", role="coord", zone="a", ports=[ContainerPort(23456, "TCP", "rdzv")])
 RDZV = PortRange.single(23456)
 OTHER_NS_COORD = endpoint("other", name="coord", role="coord", zone="a")
+SSH_DENY_OVERLAY = ccnp("deny-ssh", spec=rule(
+    {}, enableDefaultDeny={"ingress": False, "egress": False},
+    ingressDeny=[{"fromEntities": ["all"], "toPorts": [{"ports": [{"port": "22", "protocol": "TCP"}]}]}],
+))
 
 
 @dataclass(frozen=True)
@@ -688,6 +692,17 @@ DENIES = [
         ),
         id="deny of world does not touch pods: allow",
     ),
+    # Issue 24's hardening overlay: deny TCP 22 into every pod, pods not switched to default-deny. The
+    # collectives' range (the kernel's ephemeral ports) and the rendezvous port stay open; ssh does not.
+    *[
+        pytest.param(
+            Case([SSH_DENY_OVERLAY], want, ports=ports,
+                 reason=("ingress", "deny", "deny-ssh", "ingressDeny[0]") if want == "deny" else None),
+            id=f"ssh deny overlay, TCP {ports}: {want}",
+        )
+        for ports, want in ((PortRange(32768, 60999), "allow"), (RDZV, "allow"), (PortRange.single(40000), "allow"),
+                            (PortRange.single(22), "deny"), (PortRange(1, 65535), "deny"))
+    ],
 ]
 
 KNPS = [
