@@ -42,8 +42,9 @@ EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 DRIVER = "gpu.nvidia.com"
 
 
-def _run(cluster: kube.Cluster, file: str, count: int) -> tuple[str, list[kube.RawObject]]:
-    """Create the job; return the zone topoguard wrote on it and its pods once all are bound."""
+def _run(cluster: kube.Cluster, file: str, count: int, gpus: int) -> tuple[str, list[kube.RawObject]]:
+    """Create the job; return the zone topoguard wrote on it and its pods once all are bound. topoguard
+    must have counted `gpus` GPUs (devices or MIG slices) for the whole job, all free now."""
     job = fixture(file, namespace=NAMESPACE)
     try:
         cluster.create(job)
@@ -53,6 +54,8 @@ def _run(cluster: kube.Cluster, file: str, count: int) -> tuple[str, list[kube.R
     assert stored is not None
     annotations = stored["metadata"].get("annotations") or {}
     assert "topoguard.io/zone" in annotations, annotations
+    decision = annotations.get("topoguard.io/decision", "").split()
+    assert f"gpus={gpus}" in decision and "capacity=now" in decision, decision
     bound = wait_bound(cluster, NAMESPACE, JOB_PODS.format(name=job["metadata"]["name"]), count=count)
     return annotations["topoguard.io/zone"], bound
 
@@ -118,7 +121,7 @@ def test_dra_claim_template_workers_bound_where_the_slices_are(
 ) -> None:
     cluster = admission
     try:
-        chosen, bound = _run(cluster, "pytorchjob-dra-claims.yaml", count=3)
+        chosen, bound = _run(cluster, "pytorchjob-dra-claims.yaml", count=3, gpus=2 * 4)
         assert chosen == "zone-c", chosen
         _assert_together("dra: claim template", cluster, chosen, bound)
         _, workers = _split(bound)
@@ -140,7 +143,7 @@ def test_dra_extended_resource_workers_bound_on_dra_only_nodes(
     # Dropped on write were DRAExtendedResource off in the apiserver.
     assert gpu_class["spec"].get("extendedResourceName") == "nvidia.com/gpu", gpu_class["spec"]
     try:
-        chosen, bound = _run(cluster, "pytorchjob-dra-extended.yaml", count=3)
+        chosen, bound = _run(cluster, "pytorchjob-dra-extended.yaml", count=3, gpus=2 * 8)
         assert chosen == "zone-c", chosen
         _assert_together("dra: nvidia.com/gpu via DRA", cluster, chosen, bound)
         _, workers = _split(bound)
@@ -163,7 +166,7 @@ def test_dra_extended_resource_workers_bound_on_dra_only_nodes(
 def test_mig_mixed_workers_bound_on_the_mig_nodes(admission: kube.Cluster, training_operator: Operator) -> None:
     cluster = admission
     try:
-        chosen, bound = _run(cluster, "pytorchjob-mig.yaml", count=3)
+        chosen, bound = _run(cluster, "pytorchjob-mig.yaml", count=3, gpus=2)
         assert chosen == "zone-c", chosen
         _assert_together("mig mixed", cluster, chosen, bound)
         _, workers = _split(bound)
