@@ -129,10 +129,12 @@ def _settle(state: AppState, snapshot: Snapshot) -> None:
     state.last_full_gc = settle_heap(state.last_full_gc)
 
 
-async def _poll_certificates(certificates: CertificateFiles, metrics: Metrics, interval: float) -> None:
+async def _poll_certificates(certificates: CertificateFiles, state: AppState, interval: float) -> None:
     while True:
-        certificates.reload_if_changed()
-        metrics.record_certificate(certificates.not_after)
+        if certificates.reload_if_changed():
+            for reloaded in state.certificate_reloaded:
+                reloaded()
+        state.metrics.record_certificate(certificates.not_after)
         await asyncio.sleep(interval)
 
 
@@ -191,7 +193,7 @@ def create_app(
             await service.start()
             started.append(service)
         poller = (
-            asyncio.create_task(_poll_certificates(certificates, state.metrics, cert_poll_seconds))
+            asyncio.create_task(_poll_certificates(certificates, state, cert_poll_seconds))
             if certificates is not None else None
         )
         try:

@@ -21,7 +21,9 @@ What this module adds, and owns:
   `Connection: close` the moment it is established, without reading anything;
 - accept errors (EMFILE/ENFILE/ENOBUFS/ENOMEM) and the two cuts above logged once per interval with
   a count, not one line each;
-- the drain (see `WebhookServer.drain`).
+- the drain (see `WebhookServer.drain`);
+- after a certificate reload, the connections handshaked with the previous certificate closed the
+  same careful way (see `WebhookServer.recycle_connections`).
 
 Must not decide anything or import the engine: it moves bytes. The app it serves is opaque here.
 """
@@ -44,6 +46,7 @@ from typing import Any, ClassVar
 
 import h11
 import uvicorn
+from uvicorn.protocols.http.flow_control import CLOSE_HEADER
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.config import Settings
@@ -178,6 +181,7 @@ class GuardedProtocol(H11Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_since: float | None = None
         self._refused = False
+        self.retired = False  # handshaked with a certificate since replaced: to be closed (recycle_connections)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -205,6 +209,29 @@ class GuardedProtocol(H11Protocol):
         self._idle_since = None
         super().data_received(data)
         self._watch_head()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.retired:
+            self._answer_with_close()
+
+    def retire(self) -> None:
+        """This connection's TLS session carries a replaced certificate: its next answer says
+        `Connection: close` (the client reconnects, handshaking with the current certificate), and
+        `close_if_idle` may close it while idle."""
+        self.retired = True
+        self._answer_with_close()
+
+    def _answer_with_close(self) -> None:
+        # NB: uvicorn's h11 cycle adds `Connection: close` to a response whose request scope carries
+        # that header (RequestResponseCycle.send), and then closes the connection after the response;
+        # a response already started is left alone (its connection falls idle, then close_if_idle).
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:
+            return
+        headers = cycle.scope["headers"]
+        if isinstance(headers, list) and CLOSE_HEADER not in headers:  # the protocol's own list
+            headers.append(CLOSE_HEADER)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -287,6 +314,8 @@ class WebhookServer(uvicorn.Server):
         self.topoguard = app
         self.guard = guard
         self.drain_seconds = drain_seconds
+        self._recycling: asyncio.Task[None] | None = None
+        app.state.certificate_reloaded.append(self.recycle_connections)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.topoguard.state.draining = True
@@ -308,7 +337,40 @@ class WebhookServer(uvicorn.Server):
         finally:
             del loop.create_server
 
+    def recycle_connections(self) -> None:
+        """After the serving certificate was reloaded: retire every open connection, so clients handshake
+        again with the new certificate within seconds instead of whenever their keep-alive ends.
+
+        A client that sends a request every few seconds (the apiserver under steady load) would
+        otherwise keep its connections, and the old certificate, for as long as the pod lives: a
+        rotated certificate the client cannot verify would show only at the next restart. Retiring is
+        the drain's gentle close applied to the existing connections only (the listener is untouched):
+        a connection in use is closed by its own next answer (`Connection: close`), an idle one once it
+        has been idle DRAIN_IDLE_SECONDS with nothing arriving, never one that may carry a request.
+        """
+        connections = [c for c in self.server_state.connections if isinstance(c, GuardedProtocol)]
+        for connection in connections:
+            connection.retire()
+        log.info("certificate reloaded: connections made with the previous certificate are closed as they "
+                 "finish their next answer or fall idle", extra={"connections": len(connections)})
+        if self._recycling is None or self._recycling.done():
+            self._recycling = asyncio.get_running_loop().create_task(self._close_retired())
+
+    async def _close_retired(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + KEEP_ALIVE_SECONDS  # uvicorn's keep-alive timer closes what is left
+        while loop.time() < deadline and not self.should_exit:
+            retired = [c for c in self.server_state.connections if isinstance(c, GuardedProtocol) and c.retired]
+            if not retired:
+                return
+            now = loop.time()
+            for connection in retired:
+                connection.close_if_idle(now, quiet=DRAIN_IDLE_SECONDS)
+            await asyncio.sleep(DRAIN_TICK_SECONDS)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._recycling is not None:
+            self._recycling.cancel()
         if not self.force_exit:
             await self.drain()
         await super().shutdown(sockets=sockets)
