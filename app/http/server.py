@@ -22,8 +22,8 @@ What this module adds, and owns:
 - accept errors (EMFILE/ENFILE/ENOBUFS/ENOMEM) and the two cuts above logged once per interval with
   a count, not one line each;
 - the drain (see `WebhookServer.drain`);
-- after a certificate reload, the connections handshaked with the previous certificate closed the
-  same careful way (see `WebhookServer.recycle_connections`).
+- after a certificate reload, the connections handshaked with the previous certificate closed by
+  their next answer (see `WebhookServer.recycle_connections`).
 
 Must not decide anything or import the engine: it moves bytes. The app it serves is opaque here.
 """
@@ -57,9 +57,13 @@ log = logging.getLogger(__name__)
 # Below the Helm chart's terminationGracePeriodSeconds minus preStopSleepSeconds (40 - 10 s), above
 # the 8 s decision deadline.
 SHUTDOWN_GRACE_SECONDS = 20.0
-# client-go keeps up to 25 idle connections per host and reuses them; 60 s keeps them open
-# between bursts of job submissions, so few reviews pay a TLS handshake.
-KEEP_ALIVE_SECONDS = 60
+# client-go keeps up to 25 idle connections per host and reuses them. Longer than the client's own idle
+# timeout, so the client, not this server, closes a keep-alive connection that fell idle: a server that
+# closes an idle connection races the client's next request on it, which is lost (Go does not resend a
+# POST, and the apiserver does not retry a webhook call). client-go's transports take Go's
+# DefaultTransport IdleConnTimeout, 90 s (k8s.io/apimachinery pkg/util/net/http.go SetTransportDefaults,
+# client-go transport/cache.go); Prometheus' scraper is a Go client too.
+KEEP_ALIVE_SECONDS = 120
 # h11's own default, spelled out: the largest request head (request line + headers) accepted.
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
 # asyncio waits 30 s by default for the peer's close_notify; a client that never answers would hold
@@ -217,15 +221,14 @@ class GuardedProtocol(H11Protocol):
 
     def retire(self) -> None:
         """This connection's TLS session carries a replaced certificate: its next answer says
-        `Connection: close` (the client reconnects, handshaking with the current certificate), and
-        `close_if_idle` may close it while idle."""
+        `Connection: close` (the client reconnects, handshaking with the current certificate)."""
         self.retired = True
         self._answer_with_close()
 
     def _answer_with_close(self) -> None:
         # NB: uvicorn's h11 cycle adds `Connection: close` to a response whose request scope carries
         # that header (RequestResponseCycle.send), and then closes the connection after the response;
-        # a response already started is left alone (its connection falls idle, then close_if_idle).
+        # a response already started is left alone (its connection's next request gets the header).
         cycle = self.cycle
         if cycle is None or cycle.response_started:
             return
@@ -314,7 +317,6 @@ class WebhookServer(uvicorn.Server):
         self.topoguard = app
         self.guard = guard
         self.drain_seconds = drain_seconds
-        self._recycling: asyncio.Task[None] | None = None
         app.state.certificate_reloaded.append(self.recycle_connections)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -339,38 +341,24 @@ class WebhookServer(uvicorn.Server):
 
     def recycle_connections(self) -> None:
         """After the serving certificate was reloaded: retire every open connection, so clients handshake
-        again with the new certificate within seconds instead of whenever their keep-alive ends.
+        again with the new certificate instead of whenever their keep-alive ends.
 
         A client that sends a request every few seconds (the apiserver under steady load) would
         otherwise keep its connections, and the old certificate, for as long as the pod lives: a
-        rotated certificate the client cannot verify would show only at the next restart. Retiring is
-        the drain's gentle close applied to the existing connections only (the listener is untouched):
-        a connection in use is closed by its own next answer (`Connection: close`), an idle one once it
-        has been idle DRAIN_IDLE_SECONDS with nothing arriving, never one that may carry a request.
+        rotated certificate the client cannot verify would show only at the next restart. A retired
+        connection is closed by its own next answer (`Connection: close`), which the client reads before
+        it could reuse the connection. It is never closed while idle: a client may be writing a request
+        on it at that very moment (the HTTP/1.1 keep-alive race; Go reuses its most recently used idle
+        connection first, so one that stays idle is one the client does not need, and the client's idle
+        timeout, shorter than KEEP_ALIVE_SECONDS, closes it).
         """
         connections = [c for c in self.server_state.connections if isinstance(c, GuardedProtocol)]
         for connection in connections:
             connection.retire()
-        log.info("certificate reloaded: connections made with the previous certificate are closed as they "
-                 "finish their next answer or fall idle", extra={"connections": len(connections)})
-        if self._recycling is None or self._recycling.done():
-            self._recycling = asyncio.get_running_loop().create_task(self._close_retired())
-
-    async def _close_retired(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + KEEP_ALIVE_SECONDS  # uvicorn's keep-alive timer closes what is left
-        while loop.time() < deadline and not self.should_exit:
-            retired = [c for c in self.server_state.connections if isinstance(c, GuardedProtocol) and c.retired]
-            if not retired:
-                return
-            now = loop.time()
-            for connection in retired:
-                connection.close_if_idle(now, quiet=DRAIN_IDLE_SECONDS)
-            await asyncio.sleep(DRAIN_TICK_SECONDS)
+        log.info("certificate reloaded: connections made with the previous certificate close with their next "
+                 "answer", extra={"connections": len(connections)})
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        if self._recycling is not None:
-            self._recycling.cancel()
         if not self.force_exit:
             await self.drain()
         await super().shutdown(sockets=sockets)
