@@ -134,7 +134,7 @@ async def _poll_certificates(certificates: CertificateFiles, state: AppState, in
         if certificates.reload_if_changed():
             for reloaded in state.certificate_reloaded:
                 reloaded()
-        state.metrics.record_certificate(certificates.not_after)
+        state.metrics.record_certificate(certificates.not_after, certificates.serial)
         await asyncio.sleep(interval)
 
 
@@ -145,6 +145,7 @@ def create_app(
     metrics: Metrics | None = None,
     certificates: CertificateFiles | None = None,
     certificate_not_after: float | None = None,
+    certificate_serial: str = "",
     offload_decisions: bool = True,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
     map_reviewer: AccessReviewer | None = None,
@@ -158,6 +159,7 @@ def create_app(
         metrics: a fresh registry per app by default.
         certificates: serving certificate files to poll for rotation (None for self-signed or plain HTTP).
         certificate_not_after: notAfter to export when the certificate never changes (self-signed).
+        certificate_serial: that certificate's serial (hex), the label of the connections it serves.
         offload_decisions: run reviews on the worker pools, with the deadline and fairness (default), or
             inline on the event loop (benchmarks compare the two).
         cert_poll_seconds: how often to look at the certificate files.
@@ -174,9 +176,9 @@ def create_app(
     state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers,
                      map_reviewer=map_reviewer)
     if certificates is not None:
-        state.metrics.record_certificate(certificates.not_after)
+        state.metrics.record_certificate(certificates.not_after, certificates.serial)
     elif certificate_not_after is not None:
-        state.metrics.record_certificate(certificate_not_after)
+        state.metrics.record_certificate(certificate_not_after, certificate_serial)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

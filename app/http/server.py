@@ -134,6 +134,7 @@ class ConnectionGuard:
 
     header_timeout_seconds: float
     max_connections: int
+    on_connection: Callable[[], None] | None = None  # each accepted connection (TLS handshake done)
     accepted: int = 0
     last_accept: float = 0.0
     cut: ThrottledLog = field(default_factory=lambda: ThrottledLog(
@@ -202,6 +203,8 @@ class GuardedProtocol(H11Protocol):
             return
         self._idle_since = guard.last_accept
         self._head_timer = self.loop.call_later(guard.header_timeout_seconds, self._on_head_timeout)
+        if guard.on_connection is not None:
+            guard.on_connection()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -318,6 +321,9 @@ class WebhookServer(uvicorn.Server):
         self.guard = guard
         self.drain_seconds = drain_seconds
         app.state.certificate_reloaded.append(self.recycle_connections)
+        # asyncio calls connection_made once the TLS handshake is done; OpenSSL gave the connection the
+        # context's certificate when it was accepted, a handshake earlier (app/tls.py).
+        guard.on_connection = app.state.metrics.record_connection
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.topoguard.state.draining = True

@@ -276,3 +276,10 @@ def test_rotated_certificate_files_are_served_without_restart(
         if sample.name == "topoguard_tls_certificate_expiry_timestamp_seconds"
     ]
     assert exported == [not_after]
+    # Connections are counted by the serial of the certificate they got: the first's before, the second's since.
+    connections = {
+        sample.labels["serial"]: sample.value for family in text_string_to_metric_families(metrics)
+        for sample in family.samples if sample.name == "topoguard_tls_connections_total"
+    }
+    assert set(connections) == {f"{serial_of(first):X}", f"{serial_of(second):X}"}
+    assert min(connections.values()) >= 2
