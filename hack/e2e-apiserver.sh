@@ -30,6 +30,6 @@ status=0
 echo "e2e: tests took $((SECONDS - tests_started))s (total $((SECONDS - started))s)"
 # The lossless scenarios (make e2e-lossless) write their table here; show it with the run.
 if [[ -f build/e2e-lossless.md && build/e2e-lossless.md -nt build/.e2e-started ]]; then
-    cat build/e2e-lossless.md
+    cat build/e2e-lossless.md build/e2e-lossless-notes.md
 fi
 exit "$status"

@@ -49,6 +49,7 @@ CERT_POLL_SECONDS = 5.0  # app/http/app.py CERT_POLL_SECONDS: how soon a replica
 KILL_MAX_FAILURES = 30
 KILL_MAX_SECONDS = 5.0
 REPORT = Path(__file__).resolve().parents[2] / "build" / "e2e-lossless.md"
+NOTES = REPORT.with_name("e2e-lossless-notes.md")  # per scenario: rolls, handshakes, when failures happened
 
 
 @dataclass
@@ -165,6 +166,8 @@ def record(report: lossless.Report) -> None:
                                        if a.failure is not None][:10]
     with REPORT.open("a") as out:
         out.write(report.row() + "\n")
+    with NOTES.open("a") as out:
+        out.write(f"- {report.scenario}: {report.notes}\n")
     print(f"\n{report.row()}\n{report.notes}")
 
 
@@ -208,6 +211,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
                 cluster.create(configuration)
             wait_answering(cluster, job)
             REPORT.parent.mkdir(exist_ok=True)
+            NOTES.write_text("")
             REPORT.write_text(f"scenario seconds: {SCENARIO_SECONDS:.0f}; creates: 30/s from 8 threads\n\n"
                               "| scenario | attempted | failed (kinds) | client p50 / p99 |\n|---|---|---|---|\n")
             yield rig
