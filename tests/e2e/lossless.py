@@ -390,9 +390,6 @@ class Report:
     def failures(self) -> Counter[str]:
         return Counter(a.failure for a in self.attempts if a.failure is not None)
 
-    def failed_after(self, moment: float) -> list[Attempt]:
-        return [a for a in self.attempts if a.failure is not None and a.started + a.seconds >= moment]
-
     def latency_ms(self, q: float) -> float:
         ok = sorted(a.seconds for a in self.attempts if a.failure is None)
         if len(ok) < 2:
