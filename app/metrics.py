@@ -8,6 +8,7 @@ Must not import app.tls (import-linter "independence"): callers pass the certifi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Hashable, Mapping
 from typing import Any, TypeVar
 
@@ -109,6 +110,13 @@ class Metrics:
         self.cert_expiry = Gauge(
             f"{PREFIX}_tls_certificate_expiry_timestamp_seconds", "notAfter of the serving certificate.", registry=r,
         )
+        self.tls_connections = Counter(
+            f"{PREFIX}_tls_connections",
+            "TLS connections accepted (handshake done), by the serial number (hex) of the serving certificate "
+            "loaded when they were accepted; the current and the previous certificate only.",
+            ["serial"], registry=r,
+        )
+        self.serving_serials: list[str] = []  # the previous and the current certificate's serial
         self.audit_findings = Gauge(
             f"{PREFIX}_audit_findings",
             f"Findings of the last audit pass over running jobs, by type ({', '.join(AUDIT_FINDING_TYPES)}); "
@@ -215,8 +223,20 @@ class Metrics:
     def record_shed(self, reason: str) -> None:
         self.reviews_shed.labels(reason=reason).inc()
 
-    def record_certificate(self, not_after: float) -> None:
+    def record_certificate(self, not_after: float, serial: str = "") -> None:
+        """The certificate being served; after a rotation, the connections series of the one before the
+        previous goes (one series per certificate would grow with every rotation)."""
         self.cert_expiry.set(not_after)
+        if serial and serial not in self.serving_serials[-1:]:
+            self.serving_serials.append(serial)
+            for gone in self.serving_serials[:-2]:
+                with contextlib.suppress(KeyError):
+                    self.tls_connections.remove(gone)
+            del self.serving_serials[:-2]
+
+    def record_connection(self) -> None:
+        """A TLS connection was accepted; it carries the certificate being served now."""
+        self.tls_connections.labels(serial=self.serving_serials[-1] if self.serving_serials else "").inc()
 
     def record_audit(
         self,

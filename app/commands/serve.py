@@ -30,7 +30,14 @@ from app.http.app import create_app
 from app.http.server import SHUTDOWN_GRACE_SECONDS, WebhookServer
 from app.logs import configure_logging
 from app.metrics import Metrics
-from app.tls import CertificateFiles, TLSConfigError, certificate_not_after, generate_self_signed, self_signed_context
+from app.tls import (
+    CertificateFiles,
+    TLSConfigError,
+    certificate_not_after,
+    certificate_serial,
+    generate_self_signed,
+    self_signed_context,
+)
 
 if TYPE_CHECKING:
     from app.cache.access import AccessReviewer
@@ -69,6 +76,7 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
         raise ConfigError("a webhook must serve HTTPS: give --tls-cert and --tls-key, or --self-signed")
     certificates = None
     not_after = None
+    serial = ""
     if args.tls_cert:
         certificates = CertificateFiles(args.tls_cert, args.tls_key, client_ca=args.tls_client_ca)
         context = certificates.context
@@ -76,9 +84,11 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
         pair = generate_self_signed()
         context = self_signed_context(pair, client_ca=args.tls_client_ca)
         not_after = certificate_not_after(pair.cert_pem)
+        serial = certificate_serial(pair.cert_pem)
     store = build_store(args, settings)
     metrics = Metrics()
     app = create_app(settings, store, metrics=metrics, certificates=certificates, certificate_not_after=not_after,
+                     certificate_serial=serial,
                      offload_decisions=offload_decisions, map_reviewer=build_map_reviewer(args, settings),
                      background=build_background(args, settings, store, metrics))
     return http_server.build_server(app, context, settings=settings, host=args.host, port=args.port)

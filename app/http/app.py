@@ -130,10 +130,12 @@ def _settle(state: AppState, snapshot: Snapshot) -> None:
     state.last_full_gc = settle_heap(state.last_full_gc)
 
 
-async def _poll_certificates(certificates: CertificateFiles, metrics: Metrics, interval: float) -> None:
+async def _poll_certificates(certificates: CertificateFiles, state: AppState, interval: float) -> None:
     while True:
-        certificates.reload_if_changed()
-        metrics.record_certificate(certificates.not_after)
+        if certificates.reload_if_changed():
+            for reloaded in state.certificate_reloaded:
+                reloaded()
+        state.metrics.record_certificate(certificates.not_after, certificates.serial)
         await asyncio.sleep(interval)
 
 
@@ -144,6 +146,7 @@ def create_app(
     metrics: Metrics | None = None,
     certificates: CertificateFiles | None = None,
     certificate_not_after: float | None = None,
+    certificate_serial: str = "",
     offload_decisions: bool = True,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
     map_reviewer: AccessReviewer | None = None,
@@ -157,6 +160,7 @@ def create_app(
         metrics: a fresh registry per app by default.
         certificates: serving certificate files to poll for rotation (None for self-signed or plain HTTP).
         certificate_not_after: notAfter to export when the certificate never changes (self-signed).
+        certificate_serial: that certificate's serial (hex), the label of the connections it serves.
         offload_decisions: run reviews on the worker pools, with the deadline and fairness (default), or
             inline on the event loop (benchmarks compare the two).
         cert_poll_seconds: how often to look at the certificate files.
@@ -173,9 +177,9 @@ def create_app(
     state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers,
                      map_reviewer=map_reviewer)
     if certificates is not None:
-        state.metrics.record_certificate(certificates.not_after)
+        state.metrics.record_certificate(certificates.not_after, certificates.serial)
     elif certificate_not_after is not None:
-        state.metrics.record_certificate(certificate_not_after)
+        state.metrics.record_certificate(certificate_not_after, certificate_serial)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -192,7 +196,7 @@ def create_app(
             await service.start()
             started.append(service)
         poller = (
-            asyncio.create_task(_poll_certificates(certificates, state.metrics, cert_poll_seconds))
+            asyncio.create_task(_poll_certificates(certificates, state, cert_poll_seconds))
             if certificates is not None else None
         )
         try:

@@ -6,6 +6,7 @@ run many apps in one process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated
 
@@ -39,6 +40,9 @@ class AppState:
     metrics: Metrics
     workers: Workers | None
     draining: bool = False  # SIGTERM seen: answer with `Connection: close`, report not ready
+    # Called on the event loop after the serving certificate was reloaded (the server recycles the
+    # connections handshaked with the previous one: WebhookServer.recycle_connections).
+    certificate_reloaded: list[Callable[[], None]] = field(default_factory=list)
     last_full_gc: float = float("-inf")  # monotonic time of the last full collection (app.settle_heap)
     # What the metrics take from a decision, per decision object (routes.decision_metrics).
     decision_metrics: BoundedMemo[int, tuple[Decision, dict[str, int], dict[str, int]]] = field(
