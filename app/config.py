@@ -54,6 +54,8 @@ class Limits(BaseModel):
     # Pod indices the cluster's policies name one by one (e.g. `replica-index In [0, 1, ... 999]`) that a job's
     # pods carry: each is judged on its own, so the flows grow with the square of their number.
     policy_index_values_per_job: int = Field(default=64, gt=0)
+    # DRA claims one pod template names (spec.resourceClaims): each is resolved against the snapshot's templates.
+    claims_per_pod: int = Field(default=32, gt=0)
 
 
 class AuditSettings(BaseModel):
