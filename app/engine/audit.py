@@ -43,11 +43,15 @@ from app import jobs, policy
 from app.config import Settings
 from app.engine import capacity, ledger, memo
 from app.engine.flows import blocking_reasons
+from app.models import pods as pods_model
 from app.models.cluster import JobInfo, PodInfo, Snapshot
 from app.models.job import Flow, JobShape, RoleShape
 from app.models.network import Endpoint, PortRange, Verdict
 
 AUDIT_FINDING_TYPES = ("split", "blocked", "unknown", "zone-closed")
+# Most severe first: what stops training (a denied flow), then what slows it (split), then what may stop the pods
+# still pending, then what cannot be judged. A job's waste is counted once, under its most severe finding.
+SEVERITY_ORDER = ("blocked", "split", "zone-closed", "unknown")
 
 _REASONS: Mapping[str, str] = {
     "split": "TopoguardSplit",
@@ -78,6 +82,17 @@ class AuditFinding:
 
 
 @dataclass(frozen=True)
+class AuditPod:
+    """One non-terminal pod of an audited job: where it runs and the GPUs it holds there."""
+
+    name: str
+    role: str  # its replica type ("" when the job's shape does not name it)
+    zone: str  # "" when pending or on a node without a zone
+    bound: bool
+    gpus: int  # GPUs it requests (settings.gpu_resources), held once bound
+
+
+@dataclass(frozen=True)
 class JobAudit:
     """One training job as the audit sees it."""
 
@@ -88,10 +103,18 @@ class JobAudit:
     zones: Mapping[str, int]  # zone -> number of bound, non-terminal pods of the job
     pending: int  # unbound, non-terminal pods of the job
     findings: tuple[AuditFinding, ...]
+    # GPUs the job's bound pods hold: the ledger's count of them (ledger.matched(...).bound), over gpu_resources.
+    gpus: int = 0
+    pods: tuple[AuditPod, ...] = ()  # its non-terminal pods, by name (the map; per-pod metrics)
 
     @property
     def ref(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
+
+    def worst(self) -> str:
+        """The type of its most severe finding (SEVERITY_ORDER), "" without findings."""
+        types = {f.type for f in self.findings}
+        return next((t for t in SEVERITY_ORDER if t in types), "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -174,6 +197,7 @@ class _Pass:
     node_zones: Mapping[str, str]
     read: frozenset[str]
     pods: Mapping[ledger.JobKey, tuple[PodInfo, ...]]
+    groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
     agent: Any
     index: capacity.ZoneIndex
     policy_ids: dict[tuple[Any, ...], int] = field(default_factory=dict)
@@ -188,6 +212,7 @@ class _Pass:
             node_zones={n.name: n.labels.get(label, "") for n in snapshot.nodes},
             read=memo.keys_read(snapshot),
             pods=ledger.job_pods(snapshot),
+            groups=pods_model.pod_index(snapshot).groups,
             agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
             index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources),
         )
@@ -215,11 +240,13 @@ class _Pass:
         unzoned: dict[str, list[str]] = defaultdict(list)  # node -> pods on it
         pending = 0
         classes: dict[tuple[str, Place, int], _Class] = {}
+        placed: list[AuditPod] = []
         for pod in pods:
             role = shape.role_of(pod.labels)
             role_key = role.key if role is not None else ""
+            zone = self.node_zones.get(pod.node_name, "") if pod.node_name else ""
+            placed.append(AuditPod(pod.name, role_key, zone, bool(pod.node_name), self._gpus(pod)))
             if pod.node_name:
-                zone = self.node_zones.get(pod.node_name, "")
                 if zone:
                     zones[zone] += 1
                     per_role[role_key][zone] += 1
@@ -245,6 +272,7 @@ class _Pass:
             closed = self._zone_gone(job, pods, shape)
             if closed is not None:
                 findings.append(closed)
+        bound = ledger.matched(job, self.groups).bound
         return JobAudit(
             kind=job.kind,
             namespace=job.namespace,
@@ -253,7 +281,14 @@ class _Pass:
             zones=dict(sorted(zones.items())),
             pending=pending,
             findings=tuple(findings),
+            gpus=sum(bound.get(r, 0) for r in self.settings.gpu_resources),
+            pods=tuple(placed),
         )
+
+    def _gpus(self, pod: PodInfo) -> int:
+        """The GPUs a pod requests (held once it is bound): its requests of the GPU resources, as the ledger
+        and the zone index count them."""
+        return sum(pod.requests.get(r, 0) for r in self.settings.gpu_resources)
 
     def _policy_id(self, pod: PodInfo) -> int:
         """Equal for pods every policy sees alike (memo.keys_read: the label keys a verdict can read)."""
