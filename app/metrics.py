@@ -293,12 +293,17 @@ class Metrics:
         """One audit pass's waste: `gpus` (namespace, finding) -> GPUs held now; `gpu_seconds` (namespace,
         finding) -> GPU-seconds held since the previous pass; `split_pods` (zone_a, zone_b) -> pods; `gpu_pods`
         (namespace, pod, kind, name, finding, gpus), most important first."""
+        held = _folded(gpus)
         self.audit_blocked_gpus.clear()
-        for (namespace, finding), count in _folded(gpus).items():
+        for (namespace, finding), count in held.items():
             self.audit_blocked_gpus.labels(namespace=namespace, finding=finding).set(count)
         for (namespace, finding), seconds in _folded(gpu_seconds).items():
             if seconds > 0:
                 self.audit_gpu_seconds.labels(namespace=namespace, finding=finding).inc(seconds)
+        for namespace, finding in held:
+            if finding in AUDIT_WASTE_FINDINGS:
+                # Exported at 0 from the pass that first sees the waste, so increase() knows where it began.
+                self.audit_gpu_seconds.labels(namespace=namespace, finding=finding)
         self.audit_split_pods.clear()
         for (zone_a, zone_b), count in split_pods.items():
             self.audit_split_pods.labels(zone_a=zone_a, zone_b=zone_b).set(count)
