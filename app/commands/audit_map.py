@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.audit import SEVERITY_ORDER, JobAudit
+from app.engine.audit import SEVERITY_ORDER, JobAudit, by_kind
 
 PENDING = "pending"
 UNZONED = "no zone"
@@ -112,19 +112,10 @@ def _arrows(job: JobAudit) -> list[_Arrow]:
         ports = tuple(dict.fromkeys(str(f.get("port")) for f in flows))
         policies = tuple(dict.fromkeys(str(p) for f in flows for p in f.get("policies", ())))
         verdict = "deny" if all(f.get("verdict") == "deny" for f in flows) else "unknown"
-        why = f"denied by {_by_kind(policies)}" if policies and verdict == "deny" else f"{verdict} ({kind})"
+        why = f"denied by {by_kind(policies)}" if policies and verdict == "deny" else f"{verdict} ({kind})"
         caption = f"✕ {src} → {dst}: {src_role} → {dst_role} on {', '.join(ports)} {why}"
         out.append(_Arrow(kind, src, dst, caption, policies, ports, verdict))
     return out
-
-
-def _by_kind(refs: Sequence[str]) -> str:
-    """`CiliumNetworkPolicy ml/a, ml/b; NetworkPolicy ml/c` from refs `Kind ns/name`."""
-    kinds: dict[str, list[str]] = {}
-    for ref in refs:
-        kind, _, name = ref.rpartition(" ")
-        kinds.setdefault(kind, []).append(name)
-    return "; ".join(f"{kind} {', '.join(names)}".strip() for kind, names in kinds.items())
 
 
 def _severity(finding_type: str) -> int:

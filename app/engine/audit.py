@@ -493,7 +493,7 @@ def _refs(verdict: Verdict) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _by_kind(refs: Sequence[str]) -> str:
+def by_kind(refs: Sequence[str]) -> str:
     """`CiliumNetworkPolicy ml/a, ml/b; NetworkPolicy ml/c`."""
     kinds: dict[str, list[str]] = {}
     for ref in refs:
@@ -530,7 +530,7 @@ def _flow_finding(job: JobInfo, found: _Found) -> AuditFinding:
     same = found.src == found.dst and src_places == dst_places
     whom = "each other" if same else _object(found.dst, dst_places)
     ports = " and ".join(dict.fromkeys(_ports(s.flow) for s in seen))
-    why = _by_kind(refs) if refs else "; ".join(memo.render(r, job.name) for r in blocking_reasons(first.verdict))
+    why = by_kind(refs) if refs else "; ".join(memo.render(r, job.name) for r in blocking_reasons(first.verdict))
     if found.type == "unknown":
         message = f"Cannot tell whether {who} can reach {whom} on {ports}: " + "; ".join(
             dict.fromkeys(memo.render(r, job.name) for s in seen for r in blocking_reasons(s.verdict))
