@@ -81,7 +81,7 @@ class AuditFinding:
         return {"type": self.type, "message": self.message, "flows": [dict(f) for f in self.flows]}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AuditPod:
     """One non-terminal pod of an audited job: where it runs and the GPUs it holds there."""
 
