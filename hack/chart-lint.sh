@@ -9,7 +9,8 @@
 # 4. deploy/render.sh --check
 # 5. Prometheus's promtool (built from its Go module, hack/go-tool.sh): `check rules` on the chart's rules as
 #    rendered with and without the optional ones, `test rules` tests/chart/promtool/*.test.yaml
-# 6. pytest -q tests/chart (helm install/upgrade against a real apiserver when one is built)
+# 6. Grafana's dashboard-linter (built from its Go module) on charts/topoguard/files/dashboard.json
+# 7. pytest -q tests/chart (helm install/upgrade against a real apiserver when one is built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,6 +64,11 @@ rm -rf build/promtool
 "$PY" -m tests.chart.promrules build/promtool >/dev/null
 "$PROMTOOL" check rules build/promtool/no-prices.rules.yaml build/promtool/topoguard.rules.yaml
 "$PROMTOOL" test rules build/promtool/*.test.yaml
+
+LINTER="$(hack/go-tool.sh dashboard-linter)"
+echo "== dashboard-linter"
+"$LINTER" lint --strict --config hack/dashboard-linter/lint.yaml "$CHART/files/dashboard.json"
+echo "  clean"
 
 # The helm install/upgrade lifecycle tests need a real kube-apiserver; use the e2e suite's binaries
 # when they are already built (hack/envtest/build.sh), never build them from here.
