@@ -42,7 +42,7 @@ demo: $(STAMP) ## explain + review the seed lab's PyTorchJob against the bundled
 bench: $(STAMP) ## policy, decision and HTTP benchmarks (prints the numbers)
 	@bash hack/bench.sh
 
-chart-lint: $(STAMP) ## helm lint --strict + template every ci/ values file + kubernetes-validate + chart tests
+chart-lint: $(STAMP) ## helm lint --strict + template every ci/ values file + kubernetes-validate + promtool rule tests + dashboard-linter + chart tests
 	@bash hack/chart-lint.sh
 
 screenshots: $(STAMP) ## docs/audit-lab-{before,after}.png: `topoguard audit -o html` of the seed lab in headless chromium
