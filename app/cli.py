@@ -136,7 +136,8 @@ def add_audit(sub: Any) -> None:
         codes="  0  nothing found\n  1  findings\n  2  unusable input: bad snapshot or config",
         example="topoguard audit --cluster cluster.yaml -o json")
     _add_common(audit, cluster_required=True)
-    audit.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    audit.add_argument("-o", "--output", choices=["text", "json", "html"], default="text",
+                       help="output format (html: a self-contained page mapping jobs' pods and blocked flows to zones)")
     audit.add_argument("--scope", choices=["opted-in", "all"],
                        help="jobs of opted-in namespaces or of all (default: the audit.scope setting)")
 

@@ -44,11 +44,15 @@ from app.config import Settings
 from app.engine import capacity, ledger, memo
 from app.engine.flows import blocking_reasons
 from app.engine.gpus import gpu_kinds
+from app.models import pods as pods_model
 from app.models.cluster import JobInfo, PodInfo, Snapshot
 from app.models.job import Flow, JobShape, RoleShape
 from app.models.network import Endpoint, PortRange, Verdict
 
 AUDIT_FINDING_TYPES = ("split", "blocked", "unknown", "zone-closed")
+# Most severe first: what stops training (a denied flow), then what slows it (split), then what may stop the pods
+# still pending, then what cannot be judged. A job's waste is counted once, under its most severe finding.
+SEVERITY_ORDER = ("blocked", "split", "zone-closed", "unknown")
 
 _REASONS: Mapping[str, str] = {
     "split": "TopoguardSplit",
@@ -78,6 +82,17 @@ class AuditFinding:
         return {"type": self.type, "message": self.message, "flows": [dict(f) for f in self.flows]}
 
 
+@dataclass(frozen=True, slots=True)
+class AuditPod:
+    """One non-terminal pod of an audited job: where it runs and the GPUs it holds there."""
+
+    name: str
+    role: str  # its replica type ("" when the job's shape does not name it)
+    zone: str  # "" when pending or on a node without a zone
+    bound: bool
+    gpus: int  # GPUs it requests (gpus.gpu_kinds), held once bound
+
+
 @dataclass(frozen=True)
 class JobAudit:
     """One training job as the audit sees it."""
@@ -89,10 +104,18 @@ class JobAudit:
     zones: Mapping[str, int]  # zone -> number of bound, non-terminal pods of the job
     pending: int  # unbound, non-terminal pods of the job
     findings: tuple[AuditFinding, ...]
+    # GPUs the job's bound pods hold: the ledger's count of them (ledger.matched(...).bound), over gpu_resources.
+    gpus: int = 0
+    pods: tuple[AuditPod, ...] = ()  # its non-terminal pods, by name (the map; per-pod metrics)
 
     @property
     def ref(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
+
+    def worst(self) -> str:
+        """The type of its most severe finding (SEVERITY_ORDER), "" without findings."""
+        types = {f.type for f in self.findings}
+        return next((t for t in SEVERITY_ORDER if t in types), "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,6 +198,7 @@ class _Pass:
     node_zones: Mapping[str, str]
     read: frozenset[str]
     pods: Mapping[ledger.JobKey, tuple[PodInfo, ...]]
+    groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
     agent: Any
     index: capacity.ZoneIndex
     policy_ids: dict[tuple[Any, ...], int] = field(default_factory=dict)
@@ -189,6 +213,7 @@ class _Pass:
             node_zones={n.name: n.labels.get(label, "") for n in snapshot.nodes},
             read=memo.keys_read(snapshot),
             pods=ledger.job_pods(snapshot),
+            groups=pods_model.pod_index(snapshot).groups,
             agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
             index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources,
                                       gpu_device_classes=settings.gpu_device_classes),
@@ -218,11 +243,13 @@ class _Pass:
         unzoned: dict[str, list[str]] = defaultdict(list)  # node -> pods on it
         pending = 0
         classes: dict[tuple[str, Place, int], _Class] = {}
+        placed: list[AuditPod] = []
         for pod in pods:
             role = shape.role_of(pod.labels)
             role_key = role.key if role is not None else ""
+            zone = self.node_zones.get(pod.node_name, "") if pod.node_name else ""
+            placed.append(AuditPod(pod.name, role_key, zone, bool(pod.node_name), self._gpus(pod)))
             if pod.node_name:
-                zone = self.node_zones.get(pod.node_name, "")
                 if zone:
                     zones[zone] += 1
                     per_role[role_key][zone] += 1
@@ -248,6 +275,7 @@ class _Pass:
             closed = self._zone_gone(job, pods, shape)
             if closed is not None:
                 findings.append(closed)
+        bound = ledger.matched(job, self.groups).bound
         return JobAudit(
             kind=job.kind,
             namespace=job.namespace,
@@ -256,7 +284,14 @@ class _Pass:
             zones=dict(sorted(zones.items())),
             pending=pending,
             findings=tuple(findings),
+            gpus=sum(bound.get(r, 0) for r in gpu_kinds(self.snapshot, self.settings.gpu_resources)),
+            pods=tuple(placed),
         )
+
+    def _gpus(self, pod: PodInfo) -> int:
+        """The GPUs a pod requests (held once it is bound): its requests of the GPU resources, as the ledger
+        and the zone index count them."""
+        return sum(pod.requests.get(r, 0) for r in gpu_kinds(self.snapshot, self.settings.gpu_resources))
 
     def _policy_id(self, pod: PodInfo) -> int:
         """Equal for pods every policy sees alike (memo.keys_read: the label keys a verdict can read)."""
@@ -461,7 +496,7 @@ def _refs(verdict: Verdict) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _by_kind(refs: Sequence[str]) -> str:
+def by_kind(refs: Sequence[str]) -> str:
     """`CiliumNetworkPolicy ml/a, ml/b; NetworkPolicy ml/c`."""
     kinds: dict[str, list[str]] = {}
     for ref in refs:
@@ -498,7 +533,7 @@ def _flow_finding(job: JobInfo, found: _Found) -> AuditFinding:
     same = found.src == found.dst and src_places == dst_places
     whom = "each other" if same else _object(found.dst, dst_places)
     ports = " and ".join(dict.fromkeys(_ports(s.flow) for s in seen))
-    why = _by_kind(refs) if refs else "; ".join(memo.render(r, job.name) for r in blocking_reasons(first.verdict))
+    why = by_kind(refs) if refs else "; ".join(memo.render(r, job.name) for r in blocking_reasons(first.verdict))
     if found.type == "unknown":
         message = f"Cannot tell whether {who} can reach {whom} on {ports}: " + "; ".join(
             dict.fromkeys(memo.render(r, job.name) for s in seen for r in blocking_reasons(s.verdict))
