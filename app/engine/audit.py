@@ -132,6 +132,9 @@ def _in_scope(snapshot: Snapshot, settings: Settings, job: JobInfo) -> bool:
     return settings.audit.scope == "all" or snapshot.opted_in(job.namespace)
 
 
+in_scope = _in_scope  # the what-if judges the same jobs (app/engine/whatif.py)
+
+
 # --- one pass ---------------------------------------------------------------------------------
 
 Place = tuple[bool, str]  # (bound, zone): (False, "") is pending; (True, "") a node without a zone
@@ -279,6 +282,10 @@ class _Pass:
             found = self.policy_ids[key] = len(self.policy_ids)
         return found
 
+    def endpoint(self, cls: _Class) -> Endpoint:
+        """The class's pod as policy sees it (named `<job>-<role>`, JOB_PLACEHOLDER)."""
+        return self._endpoint(cls)
+
     def _endpoint(self, cls: _Class) -> Endpoint:
         pod = cls.pod
         return Endpoint(
@@ -306,7 +313,8 @@ class _Pass:
             )
         return found
 
-    def pair_verdicts(self, shape: JobShape, classes: Sequence[_Class]) -> Iterator[tuple[Flow, _Class, _Class, Verdict]]:
+    def pair_verdicts(self, shape: JobShape,
+                      classes: Sequence[_Class]) -> Iterator[tuple[Flow, _Class, _Class, Verdict]]:
         """Every required flow's verdict between every two classes of its ends, widest port ranges first: a
         range is allowed only when every port in it is (PortRange), so a flow inside a range already allowed
         between the same two classes is allowed without evaluating it (the rendezvous port inside the
@@ -410,6 +418,11 @@ class _Pass:
                 text += f", {held[r]} of them held by this job's running pods"
             texts.append(text)
         return AuditFinding("zone-closed", f"Pending {who} pinned to {zone} cannot start: {'; '.join(texts)}")
+
+
+# The what-if (app/engine/whatif.py) walks the same pass: one flow model.
+AuditPass = _Pass
+PodGroup = _Class
 
 
 # --- messages ---------------------------------------------------------------------------------
