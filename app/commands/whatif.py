@@ -28,16 +28,14 @@ EXIT_UNKNOWN = 3
 EXIT_CODES = {"clean": EXIT_CLEAN, "breaks": EXIT_BREAKS, "unknown": EXIT_UNKNOWN}
 
 # What --delete accepts for a kind: the kind, its plural resource name and kubectl's short names, any case.
-KIND_NAMES: dict[str, str] = {}
-for _kind, _plural, _short in (
-    ("CiliumNetworkPolicy", "ciliumnetworkpolicies", ("cnp", "ciliumnp")),
-    ("CiliumClusterwideNetworkPolicy", "ciliumclusterwidenetworkpolicies", ("ccnp",)),
-    ("NetworkPolicy", "networkpolicies", ("netpol",)),
-    ("ClusterNetworkPolicy", "clusternetworkpolicies", ()),
-    ("CiliumCIDRGroup", "ciliumcidrgroups", ("ccg",)),
-):
-    for _name in (_kind, _plural, *_short):
-        KIND_NAMES[_name.lower()] = _kind
+_NAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("CiliumNetworkPolicy", ("ciliumnetworkpolicies", "cnp", "ciliumnp")),
+    ("CiliumClusterwideNetworkPolicy", ("ciliumclusterwidenetworkpolicies", "ccnp")),
+    ("NetworkPolicy", ("networkpolicies", "netpol")),
+    ("ClusterNetworkPolicy", ("clusternetworkpolicies",)),
+    ("CiliumCIDRGroup", ("ciliumcidrgroups", "ccg")),
+)
+KIND_NAMES: dict[str, str] = {name.lower(): kind for kind, names in _NAMES for name in (kind, *names)}
 
 
 class UsageError(ValueError):
