@@ -54,6 +54,8 @@ _REASONS: Mapping[str, str] = {
     "blocked": "TopoguardBlocked",
     "unknown": "TopoguardUnknown",
     "zone-closed": "TopoguardZoneClosed",
+    # Not an audit finding: a stored policy change that breaks the job's required flows (app/engine/whatif.py).
+    "policy-change": "TopoguardPolicyChange",
 }
 
 

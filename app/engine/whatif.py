@@ -37,12 +37,12 @@ from typing import Any, Literal
 
 from app import policy
 from app.config import Settings
-from app.engine import memo
+from app.engine import budget, memo
 from app.engine.audit import AuditPass, PodGroup, in_scope
 from app.engine.flows import SEVERITY, blocking_reasons
-from app.models.cluster import CIDRGroup, NetworkMemo, PolicyObject, Snapshot
+from app.models.cluster import CIDRGroup, NetworkMemo, PodInfo, PolicyObject, Snapshot
 from app.models.job import Flow
-from app.models.network import Reason, Verdict, VerdictKind
+from app.models.network import Endpoint, Reason, Verdict, VerdictKind
 from app.models.pods import pod_index
 from app.policy import agent as agents
 from app.policy.identity import identity_labels
@@ -297,6 +297,7 @@ def what_if(
     impacts: list[JobImpact] = []
     checked = judged = without_pods = 0
     for job in scoped:
+        budget.check()  # a webhook answer given up stops here, within one job's time
         if run is None:
             run = AuditPass.start(snapshot, settings)
             run.read = run.read | memo.keys_read(after)  # classes fine enough for both policy sets
@@ -345,13 +346,33 @@ def _selected(run: AuditPass, cls: PodGroup, rules: Sequence[Rule], filters: Seq
     """Whether some rule may select the class's pods as its subject (hostNetwork pods: any host policy change)."""
     if cls.pod.host_network and host_policies:
         return True
-    endpoint = run.endpoint(cls)
-    cluster = run.agent.cluster_name
+    return _subject_of(run.endpoint(cls), rules, filters, run.agent.cluster_name)
+
+
+def _subject_of(endpoint: Endpoint, rules: Sequence[Rule], filters: Sequence[Any], cluster: str) -> bool:
     for label_filter in filters:
         identity = identity_labels(endpoint, label_filter, cluster_name=cluster)
         if any(rule.selects(identity, endpoint.namespace) for rule in rules):
             return True
     return False
+
+
+def selects_pods(snapshot: Snapshot, settings: Settings, changes: Sequence[Change], pods: Iterable[PodInfo]) -> bool:
+    """Whether a rule of some version (old or new) of the changed policies selects one of `pods` as its subject
+    (topoguard's own pods: a change that may cut its webhook or its API access).
+
+    Raises:
+        ChangeError: a delete of an object the snapshot does not hold.
+    """
+    after, touched = apply_changes(snapshot, changes)
+    rules = _rules_of(after, touched)
+    agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
+    filters = _filters(agent)
+    return any(
+        (pod.host_network and any(p.kind == HOST_POLICY_KIND for p in touched))
+        or _subject_of(policy.endpoint_for_pod(snapshot, pod), rules, filters, agent.cluster_name)
+        for pod in pods
+    )
 
 
 PairVerdicts = Iterable[tuple[Flow, PodGroup, PodGroup, Verdict]]

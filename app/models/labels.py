@@ -8,6 +8,10 @@ ENFORCEMENT_LABEL = "topoguard.io/enforcement"
 # Per-job opt-out: the job's annotation asks, the namespace's label allows (docs/operations.md "Opting a job out").
 SKIP_ANNOTATION = "topoguard.io/skip"
 ALLOW_SKIP_LABEL = "topoguard.io/allow-skip"
+# Per-namespace enforcement of the policy-change webhook (warn | deny), and a policy's own break-glass
+# annotation: admitted with its warnings even under deny (security must always be able to isolate).
+POLICY_CHANGES_LABEL = "topoguard.io/policy-changes"
+BREAK_GLASS_ANNOTATION = "topoguard.io/break-glass"
 
 # What topoguard writes on the job.
 ZONE_ANNOTATION = "topoguard.io/zone"
