@@ -40,8 +40,8 @@ from app.config import Settings
 from app.engine import budget, memo
 from app.engine.audit import AuditPass, PodGroup, in_scope
 from app.engine.flows import SEVERITY, blocking_reasons
-from app.models.cluster import CIDRGroup, NetworkMemo, PodInfo, PolicyObject, Snapshot
-from app.models.job import Flow
+from app.models.cluster import CIDRGroup, JobInfo, NetworkMemo, PodInfo, PolicyObject, Snapshot
+from app.models.job import Flow, JobShape
 from app.models.network import Endpoint, Reason, Verdict, VerdictKind
 from app.models.pods import pod_index
 from app.policy import agent as agents
@@ -293,14 +293,14 @@ def what_if(
         j for j in snapshot.jobs
         if not j.finished and in_scope(snapshot, settings, j) and (namespaces is None or j.namespace in namespaces)
     ]
-    run: AuditPass | None = None
+    base: _Base | None = None
     impacts: list[JobImpact] = []
     checked = judged = without_pods = 0
     for job in scoped:
         budget.check()  # a webhook answer given up stops here, within one job's time
-        if run is None:
-            run = AuditPass.start(snapshot, settings)
-            run.read = run.read | memo.keys_read(after)  # classes fine enough for both policy sets
+        if base is None:
+            base = _base(snapshot, settings, memo.keys_read(after))
+            run = base.run
             later = dataclasses.replace(run, snapshot=after, verdicts={}, agent=policy.snapshot_agent(
                 after, settings.cilium_version, settings.explicit_policy_enforcement()))
             filters = _filters(run.agent)
@@ -314,15 +314,58 @@ def what_if(
         shape = run.shape(job)
         if shape.problem:
             continue  # no flows to judge (the audit reports it as unknown, change or not)
-        classes = run.classes(shape, pods)
+        classes, before = base.job(job, shape, pods)
         if not any(_selected(run, c, rules, filters, host_policies) for c in classes):
             continue
         judged += 1
-        flows = _diff(shape.flows, run.pair_verdicts(shape, classes), later.pair_verdicts(shape, classes), job.name)
+        flows = _diff(shape.flows, before, later.pair_verdicts(shape, classes), job.name)
         if flows:
             impacts.append(JobImpact(job.kind, job.namespace, job.name, job.uid, flows))
     impacts.sort(key=lambda j: (j.namespace, j.kind, j.name))
     return WhatIf(tuple(changes), tuple(impacts), checked, judged, without_pods)
+
+
+PairKey = tuple[Flow, int, int]  # (flow, id(source class), id(destination class))
+BASE_MEMO_KEY = "engine.whatif.base"
+BASES_KEPT = 8  # per snapshot: one per (settings, label keys read) seen, the oldest dropped
+
+
+@dataclass
+class _Base:
+    """What every what-if on one snapshot shares: the audit's pass (its pod-class ids and verdict cache) and,
+    per job, its pod classes and their verdicts as the snapshot stands. Classes are told apart by the label
+    keys the snapshot's policies read and those a change adds (`read`), so a change that reads no new key (most)
+    finds its jobs' classes and "before" verdicts computed by an earlier one."""
+
+    run: AuditPass
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    jobs: dict[tuple[str, str, str], tuple[tuple[PodInfo, ...], list[PodGroup], dict[PairKey, Verdict]]] = (
+        dataclasses.field(default_factory=dict))
+
+    def job(self, job: JobInfo, shape: JobShape, pods: tuple[PodInfo, ...]
+            ) -> tuple[list[PodGroup], dict[PairKey, Verdict]]:
+        key = (job.kind, job.namespace, job.name)
+        found = self.jobs.get(key)
+        if found is None or found[0] is not pods:
+            with self.lock:  # the pass's class ids are handed out one at a time
+                classes = self.run.classes(shape, pods)
+                before = {(f, id(s), id(d)): v for f, s, d, v in self.run.pair_verdicts(shape, classes)}
+                found = self.jobs[key] = (pods, classes, before)
+        return found[1], found[2]
+
+
+def _base(snapshot: Snapshot, settings: Settings, read_after: frozenset[str]) -> _Base:
+    kept: dict[tuple[Settings, frozenset[str]], _Base] = snapshot.memo(BASE_MEMO_KEY, lambda _: {})
+    read = memo.keys_read(snapshot) | read_after
+    found = kept.get((settings, read))
+    if found is None:
+        run = AuditPass.start(snapshot, settings)
+        run.read = read  # classes fine enough for both policy sets
+        found = _Base(run)
+        while len(kept) >= BASES_KEPT:
+            kept.pop(next(iter(kept)), None)
+        kept[(settings, read)] = found
+    return found
 
 
 def in_reach(result: WhatIf, namespace: str) -> WhatIf:
@@ -378,10 +421,10 @@ def selects_pods(snapshot: Snapshot, settings: Settings, changes: Sequence[Chang
 PairVerdicts = Iterable[tuple[Flow, PodGroup, PodGroup, Verdict]]
 
 
-def _diff(flows: Sequence[Flow], before: PairVerdicts, after: PairVerdicts, job_name: str) -> tuple[FlowChange, ...]:
+def _diff(flows: Sequence[Flow], was: Mapping[PairKey, Verdict], after: PairVerdicts,
+          job_name: str) -> tuple[FlowChange, ...]:
     """The flows whose verdict changes between some two classes, one entry per (flow, before, after), the most
     severe change of a flow first, in the job's flow order."""
-    was = {(flow, id(s), id(d)): v for flow, s, d, v in before}
     changed: dict[tuple[Flow, VerdictKind, VerdictKind], list[tuple[Verdict, PodGroup, PodGroup]]] = {}
     for flow, src, dst, verdict in after:
         old = was.get((flow, id(src), id(dst)))
