@@ -85,8 +85,9 @@ def add_review(sub: Any) -> None:
         example="topoguard review --cluster examples/lab-cluster.yaml --config examples/config.yaml "
                 "examples/pytorchjob-lab.yaml")
     _add_common(review, cluster_required=True)
-    review.add_argument("--operation", choices=["mutate", "validate"], default="mutate",
-                        help="answer as the mutating or the validating webhook")
+    review.add_argument("--operation", choices=["mutate", "validate", "validate-policy"], default="mutate",
+                        help="answer as the mutating or the validating webhook, or as the policy-change webhook "
+                             "(POST /validate-policy; FILE is then a policy manifest or its review)")
     review.add_argument("file", nargs="?", default="-", metavar="FILE|-",
                         help="AdmissionReview JSON or job manifest; - reads standard input")
 

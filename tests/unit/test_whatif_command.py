@@ -43,8 +43,16 @@ def test_a_breaking_policy_exits_1_naming_the_job_flow_and_rule() -> None:
         "after": "deny", "policy": "CiliumNetworkPolicy ml-demo/lock-coordinator", "rule": "ingressDeny[0]"}
     assert {k: got["summary"][k] for k in ("jobsChecked", "jobsBroken", "jobsUnknown")} == {
         "jobsChecked": 1, "jobsBroken": 1, "jobsUnknown": 0}
-    assert got["ignored"] == [{"kind": "ConfigMap", "namespace": "ml-demo", "name": "lock-coordinator-notes",
-                               "source": f"{LOCK} document 2"}]
+    assert got["ignored"] == []
+
+
+def test_other_kinds_are_listed_as_ignored() -> None:
+    code, out, _ = run("--apply", str(LOCK.parent), "-o", "json")
+    assert code == 1
+    got = json.loads(out)
+    assert [c["name"] for c in got["changes"]] == ["allow-metrics", "lock-coordinator"]
+    assert got["ignored"] == [{"kind": "ConfigMap", "namespace": "ml-demo", "name": "policy-owners",
+                               "source": f"{LOCK.parent / 'owners.yaml'} document 1"}]
 
 
 def test_an_additive_policy_exits_0_and_lists_no_job() -> None:
