@@ -294,6 +294,8 @@ def what_if(
         if not j.finished and in_scope(snapshot, settings, j) and (namespaces is None or j.namespace in namespaces)
     ]
     base: _Base | None = None
+    selected: dict[int, bool] = {}  # pod-class id -> some changed rule may select it
+    diffs: dict[tuple[Any, ...], tuple[_Changed, ...]] = {}
     impacts: list[JobImpact] = []
     checked = judged = without_pods = 0
     for job in scoped:
@@ -315,12 +317,21 @@ def what_if(
         if shape.problem:
             continue  # no flows to judge (the audit reports it as unknown, change or not)
         classes, before = base.job(job, shape, pods)
-        if not any(_selected(run, c, rules, filters, host_policies) for c in classes):
+        for c in classes:
+            if c.policy_id not in selected:
+                selected[c.policy_id] = _selected(run, c, rules, filters, host_policies)
+        if not any(selected[c.policy_id] for c in classes):
             continue
         judged += 1
-        flows = _diff(shape.flows, before, later.pair_verdicts(shape, classes), job.name)
-        if flows:
-            impacts.append(JobImpact(job.kind, job.namespace, job.name, job.uid, flows))
+        # Jobs whose classes policy cannot tell apart (same roles, pod-class ids, one pod or more) have the same
+        # verdicts before and after: their change is worked out once (most jobs of a namespace look alike).
+        signature = (shape.flows, tuple((c.role, c.policy_id, c.count > 1) for c in classes))
+        found = diffs.get(signature)
+        if found is None:
+            found = diffs[signature] = _diff(shape.flows, classes, before, later.pair_verdicts(shape, classes))
+        if found:
+            impacts.append(JobImpact(job.kind, job.namespace, job.name, job.uid,
+                                     _flow_changes(found, classes, job.name)))
     impacts.sort(key=lambda j: (j.namespace, j.kind, j.name))
     return WhatIf(tuple(changes), tuple(impacts), checked, judged, without_pods)
 
@@ -421,8 +432,22 @@ def selects_pods(snapshot: Snapshot, settings: Settings, changes: Sequence[Chang
 PairVerdicts = Iterable[tuple[Flow, PodGroup, PodGroup, Verdict]]
 
 
-def _diff(flows: Sequence[Flow], was: Mapping[PairKey, Verdict], after: PairVerdicts,
-          job_name: str) -> tuple[FlowChange, ...]:
+@dataclass(frozen=True)
+class _Changed:
+    """A flow's change as every job of one signature has it: the classes it was seen between by position."""
+
+    flow: Flow
+    before: VerdictKind
+    after: VerdictKind
+    policy: str
+    rule: str
+    reasons: tuple[str, ...]  # with JOB_PLACEHOLDER for the job's name
+    example: tuple[int, int]  # positions of a source and a destination class
+    pairs: int
+
+
+def _diff(flows: Sequence[Flow], classes: Sequence[PodGroup], was: Mapping[PairKey, Verdict],
+          after: PairVerdicts) -> tuple[_Changed, ...]:
     """The flows whose verdict changes between some two classes, one entry per (flow, before, after), the most
     severe change of a flow first, in the job's flow order."""
     changed: dict[tuple[Flow, VerdictKind, VerdictKind], list[tuple[Verdict, PodGroup, PodGroup]]] = {}
@@ -432,17 +457,24 @@ def _diff(flows: Sequence[Flow], was: Mapping[PairKey, Verdict], after: PairVerd
             continue
         changed.setdefault((flow, old.verdict, verdict.verdict), []).append((verdict, src, dst))
     position = {flow: i for i, flow in reversed(list(enumerate(flows)))}
+    at = {id(c): i for i, c in enumerate(classes)}
     out = []
     for (flow, old_kind, new_kind), seen in changed.items():
         verdict, src, dst = seen[0]
         by, rule = _deciding(verdict)
-        out.append(FlowChange(
-            flow=flow, before=old_kind, after=new_kind, policy=by, rule=rule,
-            reasons=tuple(memo.render(r, job_name) for r in _reasons(verdict)),
-            example=(src.pod.name, dst.pod.name), pairs=len(seen),
-        ))
+        out.append(_Changed(flow, old_kind, new_kind, by, rule, _reasons(verdict), (at[id(src)], at[id(dst)]),
+                            len(seen)))
     out.sort(key=lambda f: (position[f.flow], -SEVERITY[f.after], SEVERITY[f.before]))
     return tuple(out)
+
+
+def _flow_changes(changed: Sequence[_Changed], classes: Sequence[PodGroup], job_name: str) -> tuple[FlowChange, ...]:
+    """The changes of one job: its own name in the reasons, its own pods as the example."""
+    return tuple(FlowChange(
+        flow=c.flow, before=c.before, after=c.after, policy=c.policy, rule=c.rule,
+        reasons=tuple(memo.render(r, job_name) for r in c.reasons),
+        example=(classes[c.example[0]].pod.name, classes[c.example[1]].pod.name), pairs=c.pairs,
+    ) for c in changed)
 
 
 def _reasons(verdict: Verdict) -> tuple[str, ...]:
