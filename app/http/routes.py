@@ -188,11 +188,7 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
     """Step 1, on a reader thread: hold what decoding will cost, decode and read the review, take the snapshot
     (once), prepare the answer (`admission.prepare`) and finish it when that costs nothing more (a memo hit, a
     refusal, a skip)."""
-    raw = decode(state, body, held)
-    try:
-        request = admission.parse_review(raw)
-    except admission.BadReview as e:
-        raise _HTTPProblem(400, str(e)) from None
+    request = _parsed(state, body, held)
     try:
         snapshot, problem = state.snapshot()
         prepared = admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
@@ -205,6 +201,15 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
                                     message=f"topoguard: internal error answering request {request.uid}")
         return request, _Answered(orjson.dumps(refusal), "error", None)
     return request, _Undecided(request, snapshot, prepared)
+
+
+def _parsed(state: AppState, body: bytes, held: _Held) -> admission.ReviewRequest:
+    """The review's request (`decode`, then `admission.parse_review`; 400 for what is not a usable review)."""
+    raw = decode(state, body, held)
+    try:
+        return admission.parse_review(raw)
+    except admission.BadReview as e:
+        raise _HTTPProblem(400, str(e)) from None
 
 
 def decode(state: AppState, body: bytes, held: _Held) -> Any:
@@ -345,11 +350,7 @@ def _own_pods(snapshot: Snapshot) -> tuple[Any, ...]:
 def _judge_policy(state: AppState, body: bytes, held: _Held, deadline: float
                   ) -> tuple[admission.ReviewRequest, policy_review.PolicyOutcome]:
     """On a worker: decode and read the review, take the snapshot once, judge the change before `deadline`."""
-    raw = decode(state, body, held)
-    try:
-        request = admission.parse_review(raw)
-    except admission.BadReview as e:
-        raise _HTTPProblem(400, str(e)) from None
+    request = _parsed(state, body, held)
     try:
         snapshot, problem = state.snapshot()
         with engine.within(engine.Deadline(deadline, time.perf_counter)):
