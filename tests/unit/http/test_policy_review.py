@@ -174,7 +174,8 @@ def test_other_kinds_and_subresources_are_skipped() -> None:
     assert answer(body, lab(), DENY).outcome == "skipped"
 
 
-def test_the_route_answers_and_records_events_for_stored_changes() -> None:
+def test_the_route_answers_and_records_events_for_stored_changes(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")  # the log line of each answer is built (its keys must not clash with LogRecord's)
     recorded: list[tuple[Change, list[JobImpact]]] = []
     app = create_app(SETTINGS, StaticStore(lab()), policy_events=lambda c, jobs: recorded.append((c, list(jobs))))
     with TestClient(app) as client:
@@ -188,6 +189,8 @@ def test_the_route_answers_and_records_events_for_stored_changes() -> None:
     assert [(c.ref, [j.ref for j in jobs]) for c, jobs in recorded] == [
         ("CiliumNetworkPolicy ml-demo/lock-coordinator", ["PyTorchJob ml-demo/ml-training"])]
     assert 'operation="validate-policy"' in metrics
+    judged = [r for r in caplog.records if r.getMessage() == "policy change judged"]
+    assert [(r.__dict__["what_if"], r.__dict__["dry_run"]) for r in judged] == [("breaks", True), ("breaks", False)]
 
 
 def test_events_are_deduplicated_like_the_audits() -> None:
