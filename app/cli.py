@@ -154,7 +154,12 @@ def add_what_if(sub: Any) -> None:
               "  3  none would, some verdicts become unknown\n"
               "  2  unusable input: bad snapshot, manifest, reference or config",
         example="topoguard what-if --cluster cluster.yaml --apply policies/ -o markdown")
-    _add_common(what_if, cluster_required=True)
+    _add_common(what_if, cluster_required=False)
+    what_if.add_argument("--kubeconfig", metavar="PATH",
+                         help="without --cluster: take the snapshot from the live cluster through this kubeconfig "
+                              "(default: in-cluster), with the watch cache serve runs")
+    what_if.add_argument("--sync-timeout", type=float, default=60.0, metavar="SECONDS",
+                         help="without --cluster: how long the cache may take to list the cluster")
     what_if.add_argument("--apply", action="append", metavar="FILE|DIR",
                          help="policy objects to create or replace (repeatable)")
     what_if.add_argument("--delete", action="append", metavar="KIND/NAME|KIND/NAMESPACE/NAME",

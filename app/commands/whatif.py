@@ -1,25 +1,30 @@
-"""`topoguard what-if --cluster PATH [--apply FILE|DIR]... [--delete REF]... [--config F] [-o text|json|markdown]`.
+"""`topoguard what-if (--cluster PATH | [--kubeconfig PATH]) [--apply FILE|DIR]... [--delete REF]... [--config F]
+[-o text|json|markdown]`.
 
 A network-policy change judged against the training jobs of a snapshot before it lands (DESIGN.md "Round 3",
 What-if; app/engine/whatif.py). `--apply` creates or replaces the policy objects of files or directories
 (other kinds are listed as ignored); `--delete` takes `KIND/NAME` (cluster-scoped kinds) or
 `KIND/NAMESPACE/NAME`. Exit 0: no job in scope loses a required flow; 1: at least one would; 3: none would,
 some verdicts become `unknown`; 2: bad input. JSON: `WhatIf.to_json()` plus `ignored`; `-o markdown` is a
-pull-request comment.
+pull-request comment. Without `--cluster` the snapshot is the live cluster's, taken once by the watch cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from app.cache import projections
+from app.cache.errors import CacheError, CacheNotReadyError
 from app.cache.files import SnapshotError, load_snapshot, read_objects
-from app.config import ConfigError, load_settings
+from app.config import ConfigError, Settings, load_settings
 from app.engine.whatif import CHANGE_KINDS, CIDR_GROUP_KIND, CLUSTER_SCOPED_KINDS, Change, ChangeError, WhatIf, what_if
+from app.models.cluster import Snapshot
 
 EXIT_CLEAN = 0
 EXIT_BREAKS = 1
@@ -148,6 +153,34 @@ def to_json(result: WhatIf, ignored: Sequence[dict[str, str]]) -> dict[str, Any]
     return {**result.to_json(), "ignored": list(ignored)}
 
 
+def live_snapshot(settings: Settings, kubeconfig: str | None, timeout: float) -> Snapshot:
+    """One snapshot of the live cluster, taken by the watch cache `topoguard serve` runs (the same lists,
+    projections and snapshot), then stopped: `--kubeconfig`, else the in-cluster config.
+
+    Raises:
+        CacheError: no client can be configured, or the cache did not sync within `timeout` seconds.
+    """
+    from app.cache.watchers import WatchStore  # the kubernetes client loads only when watching
+
+    store = WatchStore(settings, kubeconfig=kubeconfig)
+
+    async def take() -> Snapshot:
+        await store.start()
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    return store.snapshot()
+                except CacheNotReadyError as e:
+                    if time.monotonic() > deadline:
+                        raise CacheNotReadyError(f"{e} after {timeout:g}s (--sync-timeout)") from None
+                await asyncio.sleep(0.1)
+        finally:
+            await store.stop()
+
+    return asyncio.run(take())
+
+
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
@@ -156,10 +189,15 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         settings = load_settings(args.config)
         changes, ignored = read_applies(args.apply or [])
         changes += [parse_delete(ref) for ref in args.delete or []]
-        snapshot = load_snapshot(args.cluster, gpu_resources=settings.gpu_resources,
-                                 cilium_config=settings.cilium_config)
+        if args.cluster and args.kubeconfig:
+            raise UsageError("--cluster and --kubeconfig are mutually exclusive")
+        if args.cluster:
+            snapshot = load_snapshot(args.cluster, gpu_resources=settings.gpu_resources,
+                                     cilium_config=settings.cilium_config)
+        else:
+            snapshot = live_snapshot(settings, args.kubeconfig, args.sync_timeout)
         result = what_if(snapshot, settings, changes)
-    except (ConfigError, SnapshotError, UsageError, ChangeError) as e:
+    except (ConfigError, SnapshotError, UsageError, ChangeError, CacheError) as e:
         print(f"topoguard what-if: {e}", file=err)
         return EXIT_USAGE
     if args.output == "json":
