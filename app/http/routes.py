@@ -413,7 +413,8 @@ async def handle_policy_review(state: AppState, scope: Scope, receive: Receive, 
     log.info("policy change judged", extra={
         "uid": request.uid[:LOGGED_TEXT_CHARS], "kind": request.kind.kind[:LOGGED_TEXT_CHARS],
         "namespace": (request.namespace or "")[:LOGGED_TEXT_CHARS],
-        "policy": (request.name or "")[:LOGGED_TEXT_CHARS], "operation": request.operation, "outcome": outcome.outcome, "dry_run": outcome.dry_run,
+        "policy": (request.name or "")[:LOGGED_TEXT_CHARS], "operation": request.operation,
+        "outcome": outcome.outcome, "dry_run": outcome.dry_run,
         "what_if": result.outcome if result else "", "jobs_broken": len(result.broken) if result else 0,
         "duration_seconds": round(time.perf_counter() - started, 6)})
     jobs = outcome.events
