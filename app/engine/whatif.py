@@ -379,11 +379,6 @@ def _base(snapshot: Snapshot, settings: Settings, read_after: frozenset[str]) ->
     return found
 
 
-def in_reach(result: WhatIf, namespace: str) -> WhatIf:
-    """`result` with only the jobs of `namespace` (a namespaced policy's warnings name no other tenant's jobs)."""
-    return dataclasses.replace(result, jobs=tuple(j for j in result.jobs if j.namespace == namespace))
-
-
 def _rules_of(after: Snapshot, touched: Iterable[PolicyObject]) -> list[Rule]:
     """The compiled rules of every version (old and new) of the changed policies."""
     return [rule for p in touched for rule in policy.compiled_policy(p, after.cidr_groups).rules]
