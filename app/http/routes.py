@@ -347,21 +347,20 @@ def _own_pods(snapshot: Snapshot) -> tuple[Any, ...]:
                          lambda s: policy_review.own_pods(s, namespace, name))
 
 
-def _judge_policy(state: AppState, body: bytes, held: _Held, deadline: float
-                  ) -> tuple[admission.ReviewRequest, policy_review.PolicyOutcome]:
-    """On a worker: decode and read the review, take the snapshot once, judge the change before `deadline`."""
-    request = _parsed(state, body, held)
+def _judge_policy(state: AppState, request: admission.ReviewRequest, deadline: float) -> policy_review.PolicyOutcome:
+    """On a decision worker: take the snapshot once, judge the change before `deadline`."""
     try:
         snapshot, problem = state.snapshot()
         with engine.within(engine.Deadline(deadline, time.perf_counter)):
             outcome = policy_review.answer(request, snapshot=snapshot, settings=state.settings,
                                            cache_problem=problem, own=_own_pods(snapshot) if problem is None else ())
     except engine.DeadlineExceeded:
-        outcome = _policy_unjudged(request, f"not judged within {state.settings.policy_changes.deadline_seconds:g}s")
+        outcome = _policy_unjudged(request, f"no answer within the {state.settings.policy_changes.deadline_seconds:g}s "
+                                            "deadline")
     except Exception:
         log.exception("unexpected error judging a policy change", extra={"uid": request.uid})
         outcome = _policy_unjudged(request, "internal error")
-    return request, outcome
+    return outcome
 
 
 def _policy_unjudged(request: admission.ReviewRequest, why: str) -> policy_review.PolicyOutcome:
@@ -384,16 +383,24 @@ async def handle_policy_review(state: AppState, scope: Scope, receive: Receive, 
                 body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
             except BodyDeadlineExceeded:
                 raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
-            work = functools.partial(_judge_policy, state, body, held, deadline)
             if state.workers is None:
-                request, outcome = work()
+                request = _parsed(state, body, held)
+                outcome = _judge_policy(state, request, deadline)
             else:
                 try:
-                    request, outcome = await asyncio.wait_for(
-                        state.workers.decide(POLICY_OPERATION, work), timeout=max(deadline - time.perf_counter(), 0))
+                    request = await asyncio.wait_for(state.workers.read(functools.partial(_parsed, state, body, held)),
+                                                     timeout=max(deadline - time.perf_counter(), 0))
+                except TimeoutError:
+                    raise _HTTPProblem(503, "the review could not be read within the deadline: the webhook is "
+                                            "overloaded", close=True) from None
+                try:
+                    outcome = await asyncio.wait_for(
+                        state.workers.decide(POLICY_OPERATION, functools.partial(_judge_policy, state, request,
+                                                                                 deadline)),
+                        timeout=max(deadline - time.perf_counter(), 0))
                 except (TimeoutError, workers_.Shed):
-                    raise _HTTPProblem(503, "the policy change could not be judged within the deadline",
-                                       close=True) from None
+                    seconds = state.settings.policy_changes.deadline_seconds
+                    outcome = _policy_unjudged(request, f"no answer within the {seconds:g}s deadline")
         except _HTTPProblem as problem:
             metrics.record_review(operation=POLICY_OPERATION, kind="", outcome="bad-request",
                                   duration_seconds=time.perf_counter() - started)

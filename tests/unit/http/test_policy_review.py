@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from app.cache import projections
 from app.cache.files import load_snapshot
 from app.cache.store import StaticStore
 from app.config import PolicyChangeSettings, Settings, load_settings
+from app.engine import budget
 from app.engine.whatif import Change, JobImpact
 from app.http import admission, policy_review
 from app.http.app import create_app
@@ -226,3 +228,20 @@ def test_events_are_deduplicated_like_the_audits() -> None:
     assert event["note"].startswith("Apply of CiliumNetworkPolicy ml-demo/lock-coordinator breaks connections this "
                                     "job needs: Worker → Master TCP/23456 (rendezvous): allow → deny by")
     assert json.dumps(event)
+
+
+def test_a_change_not_judged_in_time_is_admitted_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    def slow(*args: Any, **kwargs: Any) -> policy_review.PolicyOutcome:
+        while True:  # a what-if of many jobs: the engine checks the deadline once per job
+            time.sleep(0.01)
+            budget.check()
+
+    monkeypatch.setattr(policy_review, "answer", slow)
+    settings = DENY.model_copy(update={"policy_changes": PolicyChangeSettings(enforcement="deny",
+                                                                              deadline_seconds=0.3)})
+    with TestClient(create_app(settings, StaticStore(lab()))) as client:
+        got = client.post("/validate-policy", json=review(lock()))
+    response = got.json()["response"]
+    assert got.status_code == 200 and response["allowed"] is True
+    assert response["warnings"] == ["topoguard: the change was not checked against the training jobs (no answer "
+                                    "within the 0.3s deadline); it is admitted unchecked"]
