@@ -291,7 +291,7 @@ def what_if(
     host_policies = any(p.kind == HOST_POLICY_KIND for p in touched)
     scoped = [
         j for j in snapshot.jobs
-        if not j.finished and in_scope(snapshot, settings, j) and (namespaces is None or j.namespace in namespaces)
+        if (namespaces is None or j.namespace in namespaces) and not j.finished and in_scope(snapshot, settings, j)
     ]
     base: _Base | None = None
     selected: dict[int, bool] = {}  # pod-class id -> some changed rule may select it
