@@ -13,7 +13,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import FastAPI
@@ -22,6 +22,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app import engine
 from app.cache.store import Store
 from app.config import Settings
+from app.engine.whatif import Change, JobImpact
 from app.http import maps, routes
 from app.http.deps import AppState
 from app.http.workers import READER_THREADS, MemoryBudget, Workers
@@ -64,6 +65,9 @@ class TopoguardApp:
             operation = routes.REVIEW_PATHS.get(scope["path"])
             if operation is not None:
                 await routes.handle_review(self.state, operation, scope, receive, send)
+                return
+            if scope["path"] == routes.POLICY_PATH:
+                await routes.handle_policy_review(self.state, scope, receive, send)
                 return
         await self.api(scope, receive, send)
 
@@ -151,6 +155,7 @@ def create_app(
     cert_poll_seconds: float = CERT_POLL_SECONDS,
     map_reviewer: AccessReviewer | None = None,
     background: Sequence[BackgroundService] = (),
+    policy_events: Callable[[Change, Sequence[JobImpact]], object] | None = None,
 ) -> TopoguardApp:
     """The webhook application.
 
@@ -166,6 +171,7 @@ def create_app(
         cert_poll_seconds: how often to look at the certificate files.
         map_reviewer: checks /map callers' tokens (settings.map_access `authorized`; app.cache.access).
         background: started after the store, stopped (in reverse order) before it; never on the request path.
+        policy_events: leaves Events on the jobs a stored policy change breaks (POST /validate-policy).
     """
     deadline = settings.request_deadline_seconds
     workers = Workers(
@@ -175,7 +181,7 @@ def create_app(
         memory=MemoryBudget(READER_THREADS * settings.review_memory_bytes),
     ) if offload_decisions else None
     state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers,
-                     map_reviewer=map_reviewer)
+                     map_reviewer=map_reviewer, policy_events=policy_events)
     if certificates is not None:
         state.metrics.record_certificate(certificates.not_after, certificates.serial)
     elif certificate_not_after is not None:
