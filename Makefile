@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help install test fuzz lint demo bench chart-lint e2e e2e-full oracle lock clean
+.PHONY: help install test fuzz lint demo bench chart-lint screenshots e2e e2e-lossless e2e-full oracle lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -42,11 +42,18 @@ demo: $(STAMP) ## explain + review the seed lab's PyTorchJob against the bundled
 bench: $(STAMP) ## policy, decision and HTTP benchmarks (prints the numbers)
 	@bash hack/bench.sh
 
-chart-lint: $(STAMP) ## helm lint --strict + template every ci/ values file + kubernetes-validate + chart tests
+chart-lint: $(STAMP) ## helm lint --strict + template every ci/ values file + kubernetes-validate + promtool rule tests + dashboard-linter + chart tests
 	@bash hack/chart-lint.sh
 
+screenshots: $(STAMP) ## docs/audit-lab-{before,after}.png: `topoguard audit -o html` of the seed lab in headless chromium
+	$(BIN)/python -m tests.browser screenshot tests/data/clusters/lab-audit-before.yaml tests/data/clusters/lab-config.yaml docs/audit-lab-before.png
+	$(BIN)/python -m tests.browser screenshot tests/data/clusters/lab-audit-after.yaml tests/data/clusters/lab-config.yaml docs/audit-lab-after.png
+
 e2e: $(STAMP) ## end-to-end against a real kube-apiserver + etcd built from Go modules
-	@bash hack/e2e-apiserver.sh
+	@bash hack/e2e-apiserver.sh -m "not lossless"
+
+e2e-lossless: $(STAMP) ## restarts, rotations and kills under load through the real apiserver (~7 min)
+	@bash hack/e2e-apiserver.sh -m lossless
 
 e2e-full: $(STAMP) ## end-to-end with the real scheduler, controller-manager and operators (JobSet, Trainer, Kueue, ...)
 	@bash hack/e2e-full.sh

@@ -1,4 +1,4 @@
-"""Command line: `topoguard serve | review | explain | reach | audit` and `--version` (DESIGN.md "Contracts").
+"""Command line: `topoguard serve | review | explain | reach | audit | what-if` and `--version` (DESIGN.md "Contracts").
 
 Thin: declares the arguments (the contract) and dispatches to app.commands.<name>.run, imported
 lazily so `reach` and `review` start without loading the web stack.
@@ -85,8 +85,9 @@ def add_review(sub: Any) -> None:
         example="topoguard review --cluster examples/lab-cluster.yaml --config examples/config.yaml "
                 "examples/pytorchjob-lab.yaml")
     _add_common(review, cluster_required=True)
-    review.add_argument("--operation", choices=["mutate", "validate"], default="mutate",
-                        help="answer as the mutating or the validating webhook")
+    review.add_argument("--operation", choices=["mutate", "validate", "validate-policy"], default="mutate",
+                        help="answer as the mutating or the validating webhook, or as the policy-change webhook "
+                             "(POST /validate-policy; FILE is then a policy manifest or its review)")
     review.add_argument("file", nargs="?", default="-", metavar="FILE|-",
                         help="AdmissionReview JSON or job manifest; - reads standard input")
 
@@ -136,13 +137,40 @@ def add_audit(sub: Any) -> None:
         codes="  0  nothing found\n  1  findings\n  2  unusable input: bad snapshot or config",
         example="topoguard audit --cluster cluster.yaml -o json")
     _add_common(audit, cluster_required=True)
-    audit.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    audit.add_argument("-o", "--output", choices=["text", "json", "html"], default="text",
+                       help="output format (html: a self-contained page mapping jobs' pods and blocked flows to zones)")
     audit.add_argument("--scope", choices=["opted-in", "all"],
                        help="jobs of opted-in namespaces or of all (default: the audit.scope setting)")
 
 
+def add_what_if(sub: Any) -> None:
+    what_if = _add_parser(
+        sub, "what-if", help="a network-policy change judged against the running training jobs",
+        description="Judge a policy change before it lands: apply (create or replace) the CiliumNetworkPolicy, "
+                    "CiliumClusterwideNetworkPolicy, NetworkPolicy, ClusterNetworkPolicy and CiliumCIDRGroup "
+                    "objects of files or directories (other kinds are listed as ignored) and delete objects, on "
+                    "a snapshot, and list the training jobs whose required flows change, each flow before and "
+                    "after with the policy and rule that decide it.",
+        codes="  0  no job in scope loses a required flow\n  1  at least one would\n"
+              "  3  none would, some verdicts become unknown\n"
+              "  2  unusable input: bad snapshot, manifest, reference or config",
+        example="topoguard what-if --cluster cluster.yaml --apply policies/ -o markdown")
+    _add_common(what_if, cluster_required=False)
+    what_if.add_argument("--kubeconfig", metavar="PATH",
+                         help="without --cluster: take the snapshot from the live cluster through this kubeconfig "
+                              "(default: in-cluster), with the watch cache serve runs")
+    what_if.add_argument("--sync-timeout", type=float, default=60.0, metavar="SECONDS",
+                         help="without --cluster: how long the cache may take to list the cluster")
+    what_if.add_argument("--apply", action="append", metavar="FILE|DIR",
+                         help="policy objects to create or replace (repeatable)")
+    what_if.add_argument("--delete", action="append", metavar="KIND/NAME|KIND/NAMESPACE/NAME",
+                         help="an object to delete (repeatable; KIND also as cnp, ccnp, netpol)")
+    what_if.add_argument("-o", "--output", choices=["text", "json", "markdown"], default="text",
+                         help="output format (markdown: a pull-request comment)")
+
+
 # One function per subcommand: adding a command is adding a function and a line here.
-SUBCOMMANDS = (add_serve, add_review, add_explain, add_reach, add_audit)
+SUBCOMMANDS = (add_serve, add_review, add_explain, add_reach, add_audit, add_what_if)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    module = importlib.import_module(f"app.commands.{args.command}")
+    module = importlib.import_module(f"app.commands.{args.command.replace('-', '')}")
     try:
         code: int = module.run(args)
         sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at interpreter exit

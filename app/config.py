@@ -54,6 +54,8 @@ class Limits(BaseModel):
     # Pod indices the cluster's policies name one by one (e.g. `replica-index In [0, 1, ... 999]`) that a job's
     # pods carry: each is judged on its own, so the flows grow with the square of their number.
     policy_index_values_per_job: int = Field(default=64, gt=0)
+    # DRA claims one pod template names (spec.resourceClaims): each is resolved against the snapshot's templates.
+    claims_per_pod: int = Field(default=32, gt=0)
 
 
 class AuditSettings(BaseModel):
@@ -74,6 +76,20 @@ class AuditSettings(BaseModel):
     # Write a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace when that CRD is served (the chart grants
     # the RBAC for it only when its audit.policyReports.enabled is true).
     policy_reports: bool = True
+
+
+class PolicyChangeSettings(BaseModel):
+    """The validating webhook on policy objects (DESIGN.md "Round 3", What-if; POST /validate-policy)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    # `warn`: a change that would break a training job's required flows is admitted with warnings naming the
+    # jobs and flows; `deny`: refused. A namespace label `topoguard.io/policy-changes=deny|warn` overrides it
+    # for namespaced policies (clusterwide ones follow this setting).
+    enforcement: Literal["warn", "deny"] = "warn"
+    # The answer's deadline: past it the change is admitted with a warning that it was not judged (the
+    # chart's webhook timeout is at most 5 s, and failurePolicy Ignore admits it anyway then).
+    deadline_seconds: float = Field(default=3.0, gt=0, le=10)
 
 
 class Settings(BaseModel):
@@ -113,6 +129,7 @@ class Settings(BaseModel):
     review_memory_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     limits: Limits = Field(default_factory=Limits)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    policy_changes: PolicyChangeSettings = Field(default_factory=PolicyChangeSettings)
     # Who may read GET/POST /map (app/http/maps.py): `off` (not served), `loopback` (only on a listener
     # bound to 127.0.0.1:mapPort, for kubectl port-forward) or `authorized` (on the webhook port, to
     # callers the cluster authorizes for the non-resource URL /map). The default, here and in

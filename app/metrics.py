@@ -8,7 +8,8 @@ Must not import app.tls (import-linter "independence"): callers pass the certifi
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import contextlib
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -42,6 +43,17 @@ AUDIT_FINDING_TYPES = ("split", "blocked", "unknown", "zone-closed")
 # Jobs with findings that get per-job series (`topoguard_audit_job_findings`); the rest are counted in
 # `topoguard_audit_job_series_dropped`. Bounded so a policy that breaks every job cannot blow up the TSDB.
 MAX_AUDIT_JOB_SERIES = 500
+# Every value of `topoguard_audit_gpu_seconds_total{finding}`: the findings whose GPUs are wasted while they last
+# (the job cannot train, or trains with its collectives across zones). `topoguard_audit_blocked_gpus` has every type.
+AUDIT_WASTE_FINDINGS = ("blocked", "split")
+# Namespaces that get their own `topoguard_audit_blocked_gpus` / `_gpu_seconds_total` series, most GPUs first; the
+# others are added up under OTHER_NAMESPACE (a name no namespace can have: DNS-1123 labels have no underscore), so
+# the totals stay right however many namespaces break.
+MAX_AUDIT_NAMESPACE_SERIES = 200
+OTHER_NAMESPACE = "_other"
+# Bound GPU pods of audited jobs that get a `topoguard_audit_gpu_pod` series (the join to DCGM's per-pod
+# utilisation), pods of broken jobs first; the rest are counted in `topoguard_audit_pod_series_dropped`.
+MAX_AUDIT_POD_SERIES = 5000
 # An audit pass over 2,000 jobs takes about a second on one core (issue 12's benchmark).
 AUDIT_PASS_BUCKETS_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 # Every value of `topoguard_audit_passes_total{outcome}` and of `topoguard_audit_writes_total{resource}`.
@@ -109,6 +121,13 @@ class Metrics:
         self.cert_expiry = Gauge(
             f"{PREFIX}_tls_certificate_expiry_timestamp_seconds", "notAfter of the serving certificate.", registry=r,
         )
+        self.tls_connections = Counter(
+            f"{PREFIX}_tls_connections",
+            "TLS connections accepted (handshake done), by the serial number (hex) of the serving certificate "
+            "loaded when they were accepted; the current and the previous certificate only.",
+            ["serial"], registry=r,
+        )
+        self.serving_serials: list[str] = []  # the previous and the current certificate's serial
         self.audit_findings = Gauge(
             f"{PREFIX}_audit_findings",
             f"Findings of the last audit pass over running jobs, by type ({', '.join(AUDIT_FINDING_TYPES)}); "
@@ -142,6 +161,35 @@ class Metrics:
             f"{PREFIX}_audit_writes_total",
             f"Writes of the audit to the API, by resource ({', '.join(AUDIT_WRITE_RESOURCES)}) and result.",
             ["resource", "result"], registry=r,
+        )
+        self.audit_blocked_gpus = Gauge(
+            f"{PREFIX}_audit_blocked_gpus",
+            "GPUs held by the bound pods of running jobs, per namespace and the job's most severe finding "
+            f"({', '.join(AUDIT_FINDING_TYPES)}); each job counted once. Exported by the audit leader only.",
+            ["namespace", "finding"], registry=r,
+        )
+        self.audit_gpu_seconds = Counter(
+            f"{PREFIX}_audit_gpu_seconds",
+            f"GPU-seconds held by the bound pods of running jobs whose most severe finding is "
+            f"{' or '.join(AUDIT_WASTE_FINDINGS)}: the GPUs one pass saw, times the time until the next pass.",
+            ["namespace", "finding"], registry=r,
+        )
+        self.audit_split_pods = Gauge(
+            f"{PREFIX}_audit_split_pods",
+            "Bound pods of jobs split across zones, per pair of zones the job spans (zone_a < zone_b): the pods "
+            "whose collective traffic crosses between the two.",
+            ["zone_a", "zone_b"], registry=r,
+        )
+        self.audit_gpu_pod = Gauge(
+            f"{PREFIX}_audit_gpu_pod",
+            "GPUs held by one bound pod of an audited job, labelled with its job and the job's most severe finding "
+            f"(none: healthy); for joining per-pod GPU metrics (DCGM). At most {MAX_AUDIT_POD_SERIES} pods, "
+            "broken jobs' first.",
+            ["namespace", "pod", "kind", "name", "finding"], registry=r,
+        )
+        self.audit_pod_series_dropped = Gauge(
+            f"{PREFIX}_audit_pod_series_dropped",
+            "Bound GPU pods of audited jobs left without a topoguard_audit_gpu_pod series by the bound.", registry=r,
         )
         self.audit_leader = Gauge(
             f"{PREFIX}_audit_leader", "1 while this replica holds the audit Lease and runs the audit.", registry=r,
@@ -215,8 +263,20 @@ class Metrics:
     def record_shed(self, reason: str) -> None:
         self.reviews_shed.labels(reason=reason).inc()
 
-    def record_certificate(self, not_after: float) -> None:
+    def record_certificate(self, not_after: float, serial: str = "") -> None:
+        """The certificate being served; after a rotation, the connections series of the one before the
+        previous goes (one series per certificate would grow with every rotation)."""
         self.cert_expiry.set(not_after)
+        if serial and serial not in self.serving_serials[-1:]:
+            self.serving_serials.append(serial)
+            for gone in self.serving_serials[:-2]:
+                with contextlib.suppress(KeyError):
+                    self.tls_connections.remove(gone)
+            del self.serving_serials[:-2]
+
+    def record_connection(self) -> None:
+        """A TLS connection was accepted; it carries the certificate being served now."""
+        self.tls_connections.labels(serial=self.serving_serials[-1] if self.serving_serials else "").inc()
 
     def record_audit(
         self,
@@ -242,6 +302,37 @@ class Metrics:
         self.audit_last_pass.set(finished_at)
         self.audit_passes.labels(outcome="done").inc()
 
+    def record_audit_waste(
+        self,
+        *,
+        gpus: Mapping[tuple[str, str], int],
+        gpu_seconds: Mapping[tuple[str, str], float],
+        split_pods: Mapping[tuple[str, str], int],
+        gpu_pods: Sequence[tuple[str, str, str, str, str, int]],
+    ) -> None:
+        """One audit pass's waste: `gpus` (namespace, finding) -> GPUs held now; `gpu_seconds` (namespace,
+        finding) -> GPU-seconds held since the previous pass; `split_pods` (zone_a, zone_b) -> pods; `gpu_pods`
+        (namespace, pod, kind, name, finding, gpus), most important first."""
+        held = _folded(gpus)
+        self.audit_blocked_gpus.clear()
+        for (namespace, finding), count in held.items():
+            self.audit_blocked_gpus.labels(namespace=namespace, finding=finding).set(count)
+        for (namespace, finding), seconds in _folded(gpu_seconds).items():
+            if seconds > 0:
+                self.audit_gpu_seconds.labels(namespace=namespace, finding=finding).inc(seconds)
+        for namespace, finding in held:
+            if finding in AUDIT_WASTE_FINDINGS:
+                # Exported at 0 from the pass that first sees the waste, so increase() knows where it began.
+                self.audit_gpu_seconds.labels(namespace=namespace, finding=finding)
+        self.audit_split_pods.clear()
+        for (zone_a, zone_b), count in split_pods.items():
+            self.audit_split_pods.labels(zone_a=zone_a, zone_b=zone_b).set(count)
+        self.audit_gpu_pod.clear()
+        kept = gpu_pods[:MAX_AUDIT_POD_SERIES]
+        for namespace, pod, kind, name, finding, count in kept:
+            self.audit_gpu_pod.labels(namespace=namespace, pod=pod, kind=kind, name=name, finding=finding).set(count)
+        self.audit_pod_series_dropped.set(len(gpu_pods) - len(kept))
+
     def record_audit_pass(self, outcome: str) -> None:
         """A pass that did not finish (`error`, `skipped`)."""
         self.audit_passes.labels(outcome=outcome).inc()
@@ -259,10 +350,33 @@ class Metrics:
             self.audit_findings.clear()
             self.audit_job_findings.clear()
             self.audit_job_series_dropped.set(0)
+            self.audit_blocked_gpus.clear()
+            self.audit_split_pods.clear()
+            self.audit_gpu_pod.clear()
+            self.audit_pod_series_dropped.set(0)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its Content-Type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+_Number = TypeVar("_Number", int, float)
+
+
+def _folded(values: Mapping[tuple[str, str], _Number]) -> dict[tuple[str, str], _Number]:
+    """(namespace, finding) -> value, the namespaces past the MAX_AUDIT_NAMESPACE_SERIES largest (by their total)
+    added up under OTHER_NAMESPACE."""
+    totals: dict[str, float] = {}
+    for (namespace, _), value in values.items():
+        totals[namespace] = totals.get(namespace, 0) + value
+    if len(totals) <= MAX_AUDIT_NAMESPACE_SERIES:
+        return dict(values)
+    kept = set(sorted(totals, key=lambda ns: (-totals[ns], ns))[:MAX_AUDIT_NAMESPACE_SERIES])
+    out: dict[tuple[str, str], _Number] = {}
+    for (namespace, finding), value in values.items():
+        key = (namespace if namespace in kept else OTHER_NAMESPACE, finding)
+        out[key] = out.get(key, 0) + value
+    return out
 
 
 def _kept(cache: dict[_Key, Any], key: _Key, series: Any) -> Any:

@@ -114,13 +114,21 @@ def generate_self_signed(
     )
 
 
-def certificate_not_after(cert_pem: bytes) -> float:
-    """The leaf certificate's notAfter as a Unix timestamp (the first certificate of a chain)."""
+def _leaf(cert_pem: bytes) -> x509.Certificate:
     try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
+        return x509.load_pem_x509_certificate(cert_pem)
     except ValueError as e:
         raise TLSConfigError(f"not a PEM certificate: {e}") from e
-    return cert.not_valid_after_utc.timestamp()
+
+
+def certificate_not_after(cert_pem: bytes) -> float:
+    """The leaf certificate's notAfter as a Unix timestamp (the first certificate of a chain)."""
+    return _leaf(cert_pem).not_valid_after_utc.timestamp()
+
+
+def certificate_serial(cert_pem: bytes) -> str:
+    """The leaf certificate's serial number, in hex (as `openssl x509 -serial` prints it)."""
+    return f"{_leaf(cert_pem).serial_number:X}"
 
 
 def new_server_context(*, client_ca: str | None = None) -> ssl.SSLContext:
@@ -205,6 +213,7 @@ class CertificateFiles:
         self._stamps, pair = self._read()
         _load_pair(self.context, pair, source=self._source)
         self.not_after = certificate_not_after(pair.cert_pem)
+        self.serial = certificate_serial(pair.cert_pem)
 
     @property
     def _source(self) -> str:
@@ -230,12 +239,15 @@ class CertificateFiles:
                 return False
             stamps, pair = self._read()
             not_after = certificate_not_after(pair.cert_pem)
+            serial = certificate_serial(pair.cert_pem)
             _load_pair(self.context, pair, source=self._source)
         except (OSError, TLSConfigError) as e:
             log.warning("certificate reload failed, keeping the current certificate", extra={"error": str(e)})
             return False
         self._stamps = stamps
         self.not_after = not_after
+        self.serial = serial
         self.reloads += 1
-        log.info("certificate reloaded", extra={"cert": str(self.cert_path), "not_after": not_after})
+        log.info("certificate reloaded", extra={"cert": str(self.cert_path), "not_after": not_after,
+                                                "serial": serial})
         return True

@@ -36,6 +36,10 @@ run "adversarial reviews: worst-case time and memory" bench/bench_adversarial.py
 audit_size=--full
 case " $* " in *" --quick "*) audit_size=--quick ;; esac
 run "audit: one pass over the running training jobs" bench/bench_audit.py "${audit_size}"
+# The what-if of one policy change at 5,000 nodes / 3,000 jobs / 1,000 policies (a tenth with --quick).
+whatif_size=()
+case " $* " in *" --quick "*) whatif_size=(--quick) ;; esac
+run "what-if: one policy change judged against the running jobs" bench/bench_whatif.py "${whatif_size[@]}"
 # The scale bench: a tenth of the 5,000-node, 150,000-pod cluster by default (minutes); TOPOGUARD_BENCH_SCALE=full
 # runs the whole size (about ten minutes, 2 GB in the list/watch server).
 scale_size=()

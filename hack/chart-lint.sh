@@ -7,7 +7,10 @@
 # 3. kubernetes-validate --strict against the oldest supported (Chart.yaml kubeVersion) and the
 #    newest Kubernetes the installed kubernetes-validate knows; CRD-backed kinds skipped with a note
 # 4. deploy/render.sh --check
-# 5. pytest -q tests/chart (helm install/upgrade against a real apiserver when one is built)
+# 5. Prometheus's promtool (built from its Go module, hack/go-tool.sh): `check rules` on the chart's rules as
+#    rendered with and without the optional ones, `test rules` tests/chart/promtool/*.test.yaml
+# 6. Grafana's dashboard-linter (built from its Go module) on charts/topoguard/files/dashboard.json
+# 7. pytest -q tests/chart (helm install/upgrade against a real apiserver when one is built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,9 +53,22 @@ deploy/render.sh --check
 
 if command -v shellcheck >/dev/null; then
   echo "== shellcheck"
-  shellcheck -x hack/chart-lint.sh hack/helm.sh hack/kind-*.sh hack/e2e-kind.sh hack/kind/lib.sh deploy/*.sh
+  shellcheck -x hack/chart-lint.sh hack/go-tool.sh hack/helm.sh hack/kind-*.sh hack/e2e-kind.sh hack/kind/lib.sh deploy/*.sh
   echo "  clean"
 fi
+
+PROMTOOL="$(hack/go-tool.sh promtool)"
+export TOPOGUARD_PROMTOOL="$PROMTOOL"
+echo "== promtool ($(basename "$(dirname "$PROMTOOL")"))"
+rm -rf build/promtool
+"$PY" -m tests.chart.promrules build/promtool >/dev/null
+"$PROMTOOL" check rules build/promtool/no-prices.rules.yaml build/promtool/topoguard.rules.yaml
+"$PROMTOOL" test rules build/promtool/*.test.yaml
+
+LINTER="$(hack/go-tool.sh dashboard-linter)"
+echo "== dashboard-linter"
+"$LINTER" lint --strict --config hack/dashboard-linter/lint.yaml "$CHART/files/dashboard.json"
+echo "  clean"
 
 # The helm install/upgrade lifecycle tests need a real kube-apiserver; use the e2e suite's binaries
 # when they are already built (hack/envtest/build.sh), never build them from here.

@@ -24,7 +24,12 @@ fi
 echo "e2e: CRDs from ${TOPOGUARD_UPSTREAM_CRDS:-tests/e2e/crds (no upstream directory)}"
 
 tests_started=$SECONDS
+mkdir -p build && touch build/.e2e-started
 status=0
 .venv/bin/pytest -q tests/e2e -p no:cacheprovider "$@" || status=$?
 echo "e2e: tests took $((SECONDS - tests_started))s (total $((SECONDS - started))s)"
+# The lossless scenarios (make e2e-lossless) write their table here; show it with the run.
+if [[ -f build/e2e-lossless.md && build/e2e-lossless.md -nt build/.e2e-started ]]; then
+    cat build/e2e-lossless.md build/e2e-lossless-notes.md
+fi
 exit "$status"

@@ -255,6 +255,21 @@ def _objects(
         yield from parse(reader, skip)
 
 
+def read_objects(
+    path: str | Path, *, note: Callable[[str], None] | None = None
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(where, object) for every Kubernetes object of a file or directory, as `load_snapshot` reads them (a
+    directory's files that hold no object are skipped with a `note`). Raises SnapshotError naming file and
+    document."""
+    root = Path(path)
+    directory = root.is_dir()
+    for file in _files(root):
+        for where, obj in _objects(file, hashlib.sha256(), skip=(note or _note) if directory else None):
+            if "kind" not in obj:
+                raise SnapshotError(f"{where}: object has no kind")
+            yield where, obj
+
+
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
         found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)

@@ -1,9 +1,10 @@
-"""`topoguard audit --cluster PATH [-o text|json] [--scope opted-in|all] [--config F]`.
+"""`topoguard audit --cluster PATH [-o text|json|html] [--scope opted-in|all] [--config F]`.
 
 The live map's audit (app/engine/audit.py) on a `kubectl get` snapshot that holds the jobs and their
 pods (DESIGN.md "Round 2", Audit). Exit 0: nothing found; 1: some job has a finding; 2: bad input.
 The text leads with one line per job with findings (its most telling finding), then every finding
-of those jobs; JSON is `{"jobs": [JobAudit.to_json(), ...]}`, every job in scope.
+of those jobs; JSON is `{"jobs": [JobAudit.to_json(), ...]}`, every job in scope; html is the map of
+app/commands/audit_map.py (zones as columns, jobs as rows, blocked flows drawn), one self-contained page.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from app.cache.files import SnapshotError, load_snapshot
+from app.commands.audit_map import render_html
 from app.config import ConfigError, load_settings
 from app.engine.audit import AuditFinding, JobAudit, audit
 
@@ -76,6 +78,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     if args.output == "json":
         json.dump(to_json(audits), out, indent=2, ensure_ascii=False)
         out.write("\n")
+    elif args.output == "html":
+        zones = sorted({n.labels.get(settings.zone_label, "") for n in snapshot.nodes} - {""})
+        out.write(render_html(audits, zones))
     else:
         out.write(render_text(audits, settings.audit.scope))
     return EXIT_FINDINGS if any(a.findings for a in audits) else EXIT_CLEAN

@@ -132,6 +132,8 @@ def to_json(
         "excludedZones": {z: list(p) for z, p in decision.excluded_zones.items()},
         "patch": list(patch),
         "capacity": decision.capacity,
+        "clique": decision.clique,
+        "cliqueReplicas": list(decision.clique_replicas),
     }
 
 
@@ -227,6 +229,9 @@ def render_text(
             f"chosen zone: {decision.zone} (zoneStrategy {settings.zone_strategy}, mode {settings.mode}, "
             f"capacity={decision.capacity or 'now'}, capacityPolicy {settings.capacity_policy})"
         )
+        if decision.clique:
+            out.append(f"NVLink clique: {decision.clique} ({settings.clique_label}; replicas "
+                       f"{', '.join(decision.clique_replicas)} join a ComputeDomain and stay in one clique)")
         for key, tolerations in sorted(decision.tolerations.items()):
             listed = ", ".join(f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in tolerations)
             out.append(f"tolerations added to {key}: {listed}")

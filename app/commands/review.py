@@ -1,4 +1,4 @@
-"""`topoguard review --cluster PATH [--operation mutate|validate] [--config F] [FILE|-]`.
+"""`topoguard review --cluster PATH [--operation mutate|validate|validate-policy] [--config F] [FILE|-]`.
 
 Reads one AdmissionReview (a file or stdin), or a plain job manifest (JSON or YAML) which it wraps in
 the AdmissionReview the apiserver would send for creating it (`wrap_job`), answers it with the server's own pipeline
@@ -24,7 +24,7 @@ import yaml
 
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, load_settings
-from app.http import admission
+from app.http import admission, policy_review
 from app.models import admission as admission_models
 
 EXIT_ANSWERED = 0
@@ -101,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
     except (_Unusable, ConfigError, SnapshotError) as e:
         print(f"topoguard review: {e}", file=sys.stderr)
         return EXIT_USAGE
-    outcome = admission.answer(request, snapshot=snapshot, settings=settings, operation=args.operation)
-    sys.stdout.buffer.write(orjson.dumps(outcome.review) + b"\n")
+    if args.operation == "validate-policy":  # POST /validate-policy: a policy change judged against the jobs
+        review = policy_review.answer(request, snapshot=snapshot, settings=settings).review
+    else:
+        review = admission.answer(request, snapshot=snapshot, settings=settings, operation=args.operation).review
+    sys.stdout.buffer.write(orjson.dumps(review) + b"\n")
     sys.stdout.flush()
     return EXIT_ANSWERED

@@ -17,6 +17,7 @@ import argparse
 import logging
 import socket
 import sys
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -25,12 +26,20 @@ from app.cache.errors import CacheError
 from app.cache.files import SnapshotError, load_snapshot
 from app.cache.store import StaticStore, Store
 from app.config import ConfigError, Settings, load_settings
+from app.engine.whatif import Change, JobImpact
 from app.http import server as http_server
 from app.http.app import create_app
 from app.http.server import SHUTDOWN_GRACE_SECONDS, WebhookServer
 from app.logs import configure_logging
 from app.metrics import Metrics
-from app.tls import CertificateFiles, TLSConfigError, certificate_not_after, generate_self_signed, self_signed_context
+from app.tls import (
+    CertificateFiles,
+    TLSConfigError,
+    certificate_not_after,
+    certificate_serial,
+    generate_self_signed,
+    self_signed_context,
+)
 
 if TYPE_CHECKING:
     from app.cache.access import AccessReviewer
@@ -69,6 +78,7 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
         raise ConfigError("a webhook must serve HTTPS: give --tls-cert and --tls-key, or --self-signed")
     certificates = None
     not_after = None
+    serial = ""
     if args.tls_cert:
         certificates = CertificateFiles(args.tls_cert, args.tls_key, client_ca=args.tls_client_ca)
         context = certificates.context
@@ -76,11 +86,14 @@ def build_server(args: argparse.Namespace, settings: Settings, *, offload_decisi
         pair = generate_self_signed()
         context = self_signed_context(pair, client_ca=args.tls_client_ca)
         not_after = certificate_not_after(pair.cert_pem)
+        serial = certificate_serial(pair.cert_pem)
     store = build_store(args, settings)
     metrics = Metrics()
     app = create_app(settings, store, metrics=metrics, certificates=certificates, certificate_not_after=not_after,
+                     certificate_serial=serial,
                      offload_decisions=offload_decisions, map_reviewer=build_map_reviewer(args, settings),
-                     background=build_background(args, settings, store, metrics))
+                     background=build_background(args, settings, store, metrics),
+                     policy_events=build_policy_events(args))
     return http_server.build_server(app, context, settings=settings, host=args.host, port=args.port)
 
 
@@ -97,6 +110,15 @@ def build_background(args: argparse.Namespace, settings: Settings, store: Store,
     from app.controller.loop import build_controller  # the kubernetes client loads only when watching
 
     return [build_controller(settings, store, metrics, kubeconfig=args.kubeconfig)]
+
+
+def build_policy_events(args: argparse.Namespace) -> Callable[[Change, Sequence[JobImpact]], object] | None:
+    """Events on the jobs a stored policy change breaks (POST /validate-policy), when there is an API to write to."""
+    if args.cluster:
+        return None
+    from app.controller.policy_events import build_policy_events as build  # the kubernetes client loads only here
+
+    return build(kubeconfig=args.kubeconfig)
 
 
 # --- /map access (mapAccess, app/http/maps.py): the reviewer and the loopback listener -------------

@@ -79,7 +79,8 @@ def event_name(job: JobAudit, finding: AuditFinding, note: str) -> str:
     return f"{job.name[:NAME_PREFIX_LIMIT]}.{digest}"
 
 
-def build_event(job: JobAudit, finding: AuditFinding, *, api_version: str, instance: str, now: float) -> RawObject:
+def build_event(job: JobAudit, finding: AuditFinding, *, api_version: str, instance: str, now: float,
+                controller: str = REPORTING_CONTROLLER, action: str = ACTION) -> RawObject:
     """The events.k8s.io/v1 Event for one finding on its job."""
     note = truncate_utf8(finding.message, NOTE_LIMIT_BYTES)
     regarding = {"apiVersion": api_version, "kind": job.kind, "namespace": job.namespace, "name": job.name}
@@ -89,9 +90,9 @@ def build_event(job: JobAudit, finding: AuditFinding, *, api_version: str, insta
         "apiVersion": "events.k8s.io/v1", "kind": "Event",
         "metadata": {"name": event_name(job, finding, note), "namespace": job.namespace},
         "eventTime": micro_time(now),
-        "reportingController": REPORTING_CONTROLLER,
+        "reportingController": controller,
         "reportingInstance": instance[:INSTANCE_LIMIT],
-        "action": ACTION,
+        "action": action,
         "reason": finding.reason,
         "type": EVENT_TYPE,
         "note": note,
@@ -112,8 +113,12 @@ class EventRecorder:
         max_writes_per_pass: int = MAX_WRITES_PER_PASS,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        controller: str = REPORTING_CONTROLLER,
+        action: str = ACTION,
     ) -> None:
         self._api = api
+        self._controller = controller
+        self._action = action
         self._instance = instance
         self._api_version_of = api_version_of
         self._refresh = refresh_seconds
@@ -174,7 +179,7 @@ class EventRecorder:
 
     def _create(self, key: EventKey, job: JobAudit, finding: AuditFinding, stats: EventStats) -> None:
         body = build_event(job, finding, api_version=self._api_version_of(job.kind), instance=self._instance,
-                           now=self._wall())
+                           now=self._wall(), controller=self._controller, action=self._action)
         name, namespace = body["metadata"]["name"], job.namespace
         try:
             self._api.request("POST", f"{EVENTS_API}/namespaces/{namespace}/events", body)

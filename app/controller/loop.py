@@ -36,7 +36,7 @@ from app.controller.lease import LeaderElector, LeaseTiming
 from app.controller.reports import PolicyReportWriter, ReportStats
 from app.engine import audit as engine_audit
 from app.engine.audit import JobAudit
-from app.metrics import Metrics
+from app.metrics import AUDIT_WASTE_FINDINGS, Metrics
 from app.models.cluster import Snapshot
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ RETRY_SKIPPED_SECONDS = 5.0
 IDLE_WAIT_SECONDS = 5.0
 STOP_TIMEOUT_SECONDS = 5.0  # each: the pass in progress, then the release; inside the pod's grace period
 # Metric series are kept for the most important jobs first when there are too many.
-SEVERITY_ORDER = ("blocked", "split", "zone-closed", "unknown")
+SEVERITY_ORDER = engine_audit.SEVERITY_ORDER
 
 AuditFunction = Callable[[Snapshot, Settings], Sequence[JobAudit]]
 _API_VERSIONS = {kind: versions[0] for kind, _, versions in JOB_RESOURCES}
@@ -89,6 +89,42 @@ def count_findings(audits: Sequence[JobAudit]) -> tuple[dict[str, int], dict[tup
     return totals, {key: counts for _, key, counts in per_job}
 
 
+@dataclass(frozen=True)
+class Waste:
+    """What one pass's running jobs hold while they cannot train well (app.metrics record_audit_waste)."""
+
+    # (namespace, finding) -> GPUs held by the bound pods of the jobs whose most severe finding it is
+    gpus: Mapping[tuple[str, str], int]
+    # (zone_a, zone_b), zone_a < zone_b -> bound pods of split jobs in either zone, per pair of zones a job spans
+    split_pods: Mapping[tuple[str, str], int]
+    # (namespace, pod, kind, name, finding or "none", GPUs) per bound GPU pod, broken jobs' first
+    gpu_pods: tuple[tuple[str, str, str, str, str, int], ...]
+
+
+def count_waste(audits: Sequence[JobAudit]) -> Waste:
+    """The GPUs each finding holds (every job once, under its most severe finding), split jobs' pods per zone
+    pair, and every bound GPU pod with its job's finding."""
+    gpus: dict[tuple[str, str], int] = {}
+    split: dict[tuple[str, str], int] = {}
+    ranked: list[tuple[int, tuple[str, str, str, str, str, int]]] = []
+    for job in audits:
+        worst = job.worst()
+        if worst:
+            gpus[(job.namespace, worst)] = gpus.get((job.namespace, worst), 0) + job.gpus
+        if any(f.type == "split" for f in job.findings):
+            zones = sorted(job.zones)
+            for i, zone_a in enumerate(zones):
+                for zone_b in zones[i + 1:]:
+                    pair = (zone_a, zone_b)
+                    split[pair] = split.get(pair, 0) + job.zones[zone_a] + job.zones[zone_b]
+        rank = SEVERITY_ORDER.index(worst) if worst else len(SEVERITY_ORDER)
+        for pod in job.pods:
+            if pod.bound and pod.gpus:
+                ranked.append((rank, (job.namespace, pod.name, job.kind, job.name, worst or "none", pod.gpus)))
+    ranked.sort(key=lambda item: (item[0], item[1][:4]))
+    return Waste(gpus, split, tuple(row for _, row in ranked))
+
+
 class AuditController:
     """Runs the elector and the audit loop (module docstring). `start()`/`stop()` from the app's lifespan."""
 
@@ -121,6 +157,10 @@ class AuditController:
         self._stop_electing = threading.Event()  # the elector: stopped after the loop, so no write outlives the Lease
         self._changed_at: float | None = None
         self._leading = False
+        # (clock, GPUs per (namespace, finding)) as the last pass saw them: the next pass adds them times the
+        # time between the two to topoguard_audit_gpu_seconds_total. None after a pass that saw nothing reliable
+        # (skipped, failed, leadership lost): a gap is never counted.
+        self._held: tuple[float, Mapping[tuple[str, str], int]] | None = None
         self._threads: list[threading.Thread] = []
         self.passes = 0
         metrics.record_audit_leader(False)
@@ -198,6 +238,7 @@ class AuditController:
             except Exception:
                 log.exception("audit pass failed")
                 self.metrics.record_audit_pass("error")
+                self._held = None
                 done = True
             last_end = self._clock()
             last_duration = last_end - started
@@ -207,6 +248,7 @@ class AuditController:
 
     def _leadership_changed(self, leading: bool) -> None:
         self._leading = leading
+        self._held = None
         self.metrics.record_audit_leader(leading)
         if not leading:
             self.events.forget()
@@ -221,10 +263,12 @@ class AuditController:
             log.info("audit pass skipped: the cache is not synced or is stale",
                      extra={"synced": status.synced, "stale": status.stale})
             self.metrics.record_audit_pass("skipped")
+            self._held = None
             return None
         started = self._clock()
         audits = self._audit(snapshot, self.settings)
         if not self.elector.is_leader:  # lost while auditing: write nothing
+            self._held = None
             return None
         events = self.events.record(audits)
         self.metrics.record_audit_writes("event", ok=events.created + events.patched, failed=events.errors)
@@ -234,6 +278,7 @@ class AuditController:
             self.metrics.record_audit_writes("policyreport", ok=reports.written + reports.deleted,
                                              failed=reports.errors)
         totals, per_job = count_findings(audits)
+        self._record_waste(count_waste(audits), started)
         duration = self._clock() - started
         self.metrics.record_audit(jobs=len(audits), findings=totals, job_findings=per_job,
                                   duration_seconds=duration, finished_at=self._wall())
@@ -245,6 +290,19 @@ class AuditController:
             "reports_written": reports.written if reports else 0, "seconds": round(duration, 3),
         })
         return PassResult(len(audits), totals, duration, events, reports)
+
+
+    def _record_waste(self, waste: Waste, seen_at: float) -> None:
+        """Export the pass's waste; the GPUs the previous pass saw are counted as held until this one saw
+        the cluster (`seen_at`: when it read its snapshot)."""
+        seconds: dict[tuple[str, str], float] = {}
+        if self._held is not None:
+            then, held = self._held
+            elapsed = max(0.0, seen_at - then)
+            seconds = {key: n * elapsed for key, n in held.items() if key[1] in AUDIT_WASTE_FINDINGS}
+        self._held = (seen_at, waste.gpus)
+        self.metrics.record_audit_waste(gpus=waste.gpus, gpu_seconds=seconds, split_pods=waste.split_pods,
+                                        gpu_pods=waste.gpu_pods)
 
 
 def pod_identity(environ: Mapping[str, str]) -> tuple[str, str]:

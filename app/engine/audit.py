@@ -35,7 +35,7 @@ and the messages put the job's name in), and by every later pass on the snapshot
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,17 +44,23 @@ from app.config import Settings
 from app.engine import capacity, ledger, memo
 from app.engine.flows import blocking_reasons
 from app.engine.gpus import gpu_kinds
+from app.models import pods as pods_model
 from app.models.cluster import JobInfo, PodInfo, Snapshot
 from app.models.job import Flow, JobShape, RoleShape
 from app.models.network import Endpoint, PortRange, Verdict
 
 AUDIT_FINDING_TYPES = ("split", "blocked", "unknown", "zone-closed")
+# Most severe first: what stops training (a denied flow), then what slows it (split), then what may stop the pods
+# still pending, then what cannot be judged. A job's waste is counted once, under its most severe finding.
+SEVERITY_ORDER = ("blocked", "split", "zone-closed", "unknown")
 
 _REASONS: Mapping[str, str] = {
     "split": "TopoguardSplit",
     "blocked": "TopoguardBlocked",
     "unknown": "TopoguardUnknown",
     "zone-closed": "TopoguardZoneClosed",
+    # Not an audit finding: a stored policy change that breaks the job's required flows (app/engine/whatif.py).
+    "policy-change": "TopoguardPolicyChange",
 }
 
 
@@ -78,6 +84,17 @@ class AuditFinding:
         return {"type": self.type, "message": self.message, "flows": [dict(f) for f in self.flows]}
 
 
+@dataclass(frozen=True, slots=True)
+class AuditPod:
+    """One non-terminal pod of an audited job: where it runs and the GPUs it holds there."""
+
+    name: str
+    role: str  # its replica type ("" when the job's shape does not name it)
+    zone: str  # "" when pending or on a node without a zone
+    bound: bool
+    gpus: int  # GPUs it requests (gpus.gpu_kinds), held once bound
+
+
 @dataclass(frozen=True)
 class JobAudit:
     """One training job as the audit sees it."""
@@ -89,10 +106,18 @@ class JobAudit:
     zones: Mapping[str, int]  # zone -> number of bound, non-terminal pods of the job
     pending: int  # unbound, non-terminal pods of the job
     findings: tuple[AuditFinding, ...]
+    # GPUs the job's bound pods hold: the ledger's count of them (ledger.matched(...).bound), over gpu_resources.
+    gpus: int = 0
+    pods: tuple[AuditPod, ...] = ()  # its non-terminal pods, by name (the map; per-pod metrics)
 
     @property
     def ref(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
+
+    def worst(self) -> str:
+        """The type of its most severe finding (SEVERITY_ORDER), "" without findings."""
+        types = {f.type for f in self.findings}
+        return next((t for t in SEVERITY_ORDER if t in types), "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +156,9 @@ def audit_memoized(snapshot: Snapshot, settings: Settings) -> tuple[JobAudit, ..
 
 def _in_scope(snapshot: Snapshot, settings: Settings, job: JobInfo) -> bool:
     return settings.audit.scope == "all" or snapshot.opted_in(job.namespace)
+
+
+in_scope = _in_scope  # the what-if judges the same jobs (app/engine/whatif.py)
 
 
 # --- one pass ---------------------------------------------------------------------------------
@@ -175,6 +203,7 @@ class _Pass:
     node_zones: Mapping[str, str]
     read: frozenset[str]
     pods: Mapping[ledger.JobKey, tuple[PodInfo, ...]]
+    groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
     agent: Any
     index: capacity.ZoneIndex
     policy_ids: dict[tuple[Any, ...], int] = field(default_factory=dict)
@@ -189,6 +218,7 @@ class _Pass:
             node_zones={n.name: n.labels.get(label, "") for n in snapshot.nodes},
             read=memo.keys_read(snapshot),
             pods=ledger.job_pods(snapshot),
+            groups=pods_model.pod_index(snapshot).groups,
             agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
             index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources,
                                       gpu_device_classes=settings.gpu_device_classes),
@@ -217,37 +247,31 @@ class _Pass:
         per_role: dict[str, Counter[str]] = defaultdict(Counter)
         unzoned: dict[str, list[str]] = defaultdict(list)  # node -> pods on it
         pending = 0
-        classes: dict[tuple[str, Place, int], _Class] = {}
+        placed: list[AuditPod] = []
         for pod in pods:
             role = shape.role_of(pod.labels)
             role_key = role.key if role is not None else ""
-            if pod.node_name:
-                zone = self.node_zones.get(pod.node_name, "")
-                if zone:
-                    zones[zone] += 1
-                    per_role[role_key][zone] += 1
-                else:
-                    unzoned[pod.node_name].append(pod.name)
-                place: Place = (True, zone)
-            else:
+            zone = self.node_zones.get(pod.node_name, "") if pod.node_name else ""
+            placed.append(AuditPod(pod.name, role_key, zone, bool(pod.node_name), self._gpus(pod)))
+            if not pod.node_name:
                 pending += 1
-                place = (False, "")
-            if role is None:
                 continue
-            pid = self._policy_id(pod)
-            found = classes.get((role.key, place, pid))
-            if found is None:
-                found = classes[(role.key, place, pid)] = _Class(role, place, pid, pod)
-            found.count += 1
+            if zone:
+                zones[zone] += 1
+                per_role[role_key][zone] += 1
+            else:
+                unzoned[pod.node_name].append(pod.name)
+        classes = self.classes(shape, pods)
         if len(zones) > 1:
             findings.append(_split(zones, per_role))
         if unzoned:
             findings.append(self._unzoned(unzoned))
-        findings += self._flows(job, shape, list(classes.values()))
+        findings += self._flows(job, shape, classes)
         if job.zone and pending:
             closed = self._zone_gone(job, pods, shape)
             if closed is not None:
                 findings.append(closed)
+        bound = ledger.matched(job, self.groups).bound
         return JobAudit(
             kind=job.kind,
             namespace=job.namespace,
@@ -256,7 +280,33 @@ class _Pass:
             zones=dict(sorted(zones.items())),
             pending=pending,
             findings=tuple(findings),
+            gpus=sum(bound.get(r, 0) for r in gpu_kinds(self.snapshot, self.settings.gpu_resources)),
+            pods=tuple(placed),
         )
+
+    def _gpus(self, pod: PodInfo) -> int:
+        """The GPUs a pod requests (held once it is bound): its requests of the GPU resources, as the ledger
+        and the zone index count them."""
+        return sum(pod.requests.get(r, 0) for r in gpu_kinds(self.snapshot, self.settings.gpu_resources))
+
+    def place(self, pod: PodInfo) -> Place:
+        """Where a pod is: (True, its node's zone) when bound, (False, "") when pending."""
+        return (True, self.node_zones.get(pod.node_name, "")) if pod.node_name else (False, "")
+
+    def classes(self, shape: JobShape, pods: Iterable[PodInfo]) -> list[_Class]:
+        """The job's pods grouped into classes no policy can tell apart (pods of no replica type left out)."""
+        classes: dict[tuple[str, Place, int], _Class] = {}
+        for pod in pods:
+            role = shape.role_of(pod.labels)
+            if role is None:
+                continue
+            place = self.place(pod)
+            pid = self._policy_id(pod)
+            found = classes.get((role.key, place, pid))
+            if found is None:
+                found = classes[(role.key, place, pid)] = _Class(role, place, pid, pod)
+            found.count += 1
+        return list(classes.values())
 
     def _policy_id(self, pod: PodInfo) -> int:
         """Equal for pods every policy sees alike (memo.keys_read: the label keys a verdict can read)."""
@@ -272,6 +322,10 @@ class _Pass:
         if found is None:
             found = self.policy_ids[key] = len(self.policy_ids)
         return found
+
+    def endpoint(self, cls: _Class) -> Endpoint:
+        """The class's pod as policy sees it (named `<job>-<role>`, JOB_PLACEHOLDER)."""
+        return self._endpoint(cls)
 
     def _endpoint(self, cls: _Class) -> Endpoint:
         pod = cls.pod
@@ -300,39 +354,48 @@ class _Pass:
             )
         return found
 
-    def _flows(self, job: JobInfo, shape: JobShape, classes: Sequence[_Class]) -> list[AuditFinding]:
+    def pair_verdicts(self, shape: JobShape,
+                      classes: Sequence[_Class]) -> Iterator[tuple[Flow, _Class, _Class, Verdict]]:
+        """Every required flow's verdict between every two classes of its ends, widest port ranges first: a
+        range is allowed only when every port in it is (PortRange), so a flow inside a range already allowed
+        between the same two classes is allowed without evaluating it (the rendezvous port inside the
+        collectives' range, such as a JobSet coordinator's declared port); it is given the wider range's verdict."""
         by_role: dict[str, list[_Class]] = defaultdict(list)
         for cls in classes:
             by_role[cls.role.key].append(cls)
-        flows = shape.flows
-        position = {flow: i for i, flow in reversed(list(enumerate(flows)))}
-        # The widest port ranges first: a range is allowed only when every port in it is (PortRange), so a
-        # flow inside a range already allowed between the same two classes is allowed without evaluating it
-        # (a JobSet coordinator's declared port inside the collectives' range, say).
-        allowed: dict[tuple[int, int, str], list[PortRange]] = defaultdict(list)
-        gathered: dict[tuple[str, str, str], _Found] = {}
-        for flow in sorted(flows, key=lambda f: (f.ports.first - f.ports.last, position[f])):
+        position = {flow: i for i, flow in reversed(list(enumerate(shape.flows)))}
+        allowed: dict[tuple[int, int, str], list[tuple[PortRange, Verdict]]] = defaultdict(list)
+        for flow in sorted(shape.flows, key=lambda f: (f.ports.first - f.ports.last, position[f])):
             ports = flow.ports
             for src in by_role.get(flow.src, ()):
                 for dst in by_role.get(flow.dst, ()):
                     if src is dst and src.count == 1:
                         continue  # a pod needs no path to itself
-                    opened = allowed.get((id(src), id(dst), flow.protocol))
-                    if opened and any(r.first <= ports.first and ports.last <= r.last for r in opened):
+                    opened = allowed.get((id(src), id(dst), flow.protocol), ())
+                    wider = next((v for r, v in opened if r.first <= ports.first and ports.last <= r.last), None)
+                    if wider is not None:
+                        yield flow, src, dst, wider
                         continue
                     verdict = self._verdict(src, dst, flow)
                     if verdict.verdict == "allow":
-                        allowed[(id(src), id(dst), flow.protocol)].append(ports)
-                        continue
-                    kind = self._type(job, verdict, src, dst)
-                    found = gathered.get((kind, flow.src, flow.dst))
-                    if found is None:
-                        found = gathered[(kind, flow.src, flow.dst)] = _Found(kind, flow.src, flow.dst)
-                    seen = found.flows.get(flow)
-                    if seen is None:
-                        seen = found.flows[flow] = _FlowSeen(flow, verdict, example=(src.pod.name, dst.pod.name))
-                    seen.src.add(src.place)
-                    seen.dst.add(dst.place)
+                        allowed[(id(src), id(dst), flow.protocol)].append((ports, verdict))
+                    yield flow, src, dst, verdict
+
+    def _flows(self, job: JobInfo, shape: JobShape, classes: Sequence[_Class]) -> list[AuditFinding]:
+        position = {flow: i for i, flow in reversed(list(enumerate(shape.flows)))}
+        gathered: dict[tuple[str, str, str], _Found] = {}
+        for flow, src, dst, verdict in self.pair_verdicts(shape, classes):
+            if verdict.verdict == "allow":
+                continue
+            kind = self._type(job, verdict, src, dst)
+            found = gathered.get((kind, flow.src, flow.dst))
+            if found is None:
+                found = gathered[(kind, flow.src, flow.dst)] = _Found(kind, flow.src, flow.dst)
+            seen = found.flows.get(flow)
+            if seen is None:
+                seen = found.flows[flow] = _FlowSeen(flow, verdict, example=(src.pod.name, dst.pod.name))
+            seen.src.add(src.place)
+            seen.dst.add(dst.place)
         # Findings and their flows in the job's own flow order.
         out = []
         for found in sorted(gathered.values(), key=lambda f: min(position[flow] for flow in f.flows)):
@@ -398,6 +461,11 @@ class _Pass:
         return AuditFinding("zone-closed", f"Pending {who} pinned to {zone} cannot start: {'; '.join(texts)}")
 
 
+# The what-if (app/engine/whatif.py) walks the same pass: one flow model.
+AuditPass = _Pass
+PodGroup = _Class
+
+
 # --- messages ---------------------------------------------------------------------------------
 
 
@@ -461,7 +529,7 @@ def _refs(verdict: Verdict) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _by_kind(refs: Sequence[str]) -> str:
+def by_kind(refs: Sequence[str]) -> str:
     """`CiliumNetworkPolicy ml/a, ml/b; NetworkPolicy ml/c`."""
     kinds: dict[str, list[str]] = {}
     for ref in refs:
@@ -498,7 +566,7 @@ def _flow_finding(job: JobInfo, found: _Found) -> AuditFinding:
     same = found.src == found.dst and src_places == dst_places
     whom = "each other" if same else _object(found.dst, dst_places)
     ports = " and ".join(dict.fromkeys(_ports(s.flow) for s in seen))
-    why = _by_kind(refs) if refs else "; ".join(memo.render(r, job.name) for r in blocking_reasons(first.verdict))
+    why = by_kind(refs) if refs else "; ".join(memo.render(r, job.name) for r in blocking_reasons(first.verdict))
     if found.type == "unknown":
         message = f"Cannot tell whether {who} can reach {whom} on {ports}: " + "; ".join(
             dict.fromkeys(memo.render(r, job.name) for s in seen for r in blocking_reasons(s.verdict))

@@ -13,7 +13,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import FastAPI
@@ -22,6 +22,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app import engine
 from app.cache.store import Store
 from app.config import Settings
+from app.engine.whatif import Change, JobImpact
 from app.http import maps, routes
 from app.http.deps import AppState
 from app.http.workers import READER_THREADS, MemoryBudget, Workers
@@ -64,6 +65,9 @@ class TopoguardApp:
             operation = routes.REVIEW_PATHS.get(scope["path"])
             if operation is not None:
                 await routes.handle_review(self.state, operation, scope, receive, send)
+                return
+            if scope["path"] == routes.POLICY_PATH:
+                await routes.handle_policy_review(self.state, scope, receive, send)
                 return
         await self.api(scope, receive, send)
 
@@ -130,10 +134,12 @@ def _settle(state: AppState, snapshot: Snapshot) -> None:
     state.last_full_gc = settle_heap(state.last_full_gc)
 
 
-async def _poll_certificates(certificates: CertificateFiles, metrics: Metrics, interval: float) -> None:
+async def _poll_certificates(certificates: CertificateFiles, state: AppState, interval: float) -> None:
     while True:
-        certificates.reload_if_changed()
-        metrics.record_certificate(certificates.not_after)
+        if certificates.reload_if_changed():
+            for reloaded in state.certificate_reloaded:
+                reloaded()
+        state.metrics.record_certificate(certificates.not_after, certificates.serial)
         await asyncio.sleep(interval)
 
 
@@ -144,10 +150,12 @@ def create_app(
     metrics: Metrics | None = None,
     certificates: CertificateFiles | None = None,
     certificate_not_after: float | None = None,
+    certificate_serial: str = "",
     offload_decisions: bool = True,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
     map_reviewer: AccessReviewer | None = None,
     background: Sequence[BackgroundService] = (),
+    policy_events: Callable[[Change, Sequence[JobImpact]], object] | None = None,
 ) -> TopoguardApp:
     """The webhook application.
 
@@ -157,11 +165,13 @@ def create_app(
         metrics: a fresh registry per app by default.
         certificates: serving certificate files to poll for rotation (None for self-signed or plain HTTP).
         certificate_not_after: notAfter to export when the certificate never changes (self-signed).
+        certificate_serial: that certificate's serial (hex), the label of the connections it serves.
         offload_decisions: run reviews on the worker pools, with the deadline and fairness (default), or
             inline on the event loop (benchmarks compare the two).
         cert_poll_seconds: how often to look at the certificate files.
         map_reviewer: checks /map callers' tokens (settings.map_access `authorized`; app.cache.access).
         background: started after the store, stopped (in reverse order) before it; never on the request path.
+        policy_events: leaves Events on the jobs a stored policy change breaks (POST /validate-policy).
     """
     deadline = settings.request_deadline_seconds
     workers = Workers(
@@ -171,11 +181,11 @@ def create_app(
         memory=MemoryBudget(READER_THREADS * settings.review_memory_bytes),
     ) if offload_decisions else None
     state = AppState(settings=settings, store=store, metrics=metrics or Metrics(), workers=workers,
-                     map_reviewer=map_reviewer)
+                     map_reviewer=map_reviewer, policy_events=policy_events)
     if certificates is not None:
-        state.metrics.record_certificate(certificates.not_after)
+        state.metrics.record_certificate(certificates.not_after, certificates.serial)
     elif certificate_not_after is not None:
-        state.metrics.record_certificate(certificate_not_after)
+        state.metrics.record_certificate(certificate_not_after, certificate_serial)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -192,7 +202,7 @@ def create_app(
             await service.start()
             started.append(service)
         poller = (
-            asyncio.create_task(_poll_certificates(certificates, state.metrics, cert_poll_seconds))
+            asyncio.create_task(_poll_certificates(certificates, state, cert_poll_seconds))
             if certificates is not None else None
         )
         try:

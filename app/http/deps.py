@@ -6,6 +6,7 @@ run many apps in one process.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +14,7 @@ from fastapi import Depends, Request
 
 from app.cache.store import Store, SyncStatus
 from app.config import Settings
+from app.engine.whatif import Change, JobImpact
 from app.http.deadlines import BodyDeadlines
 from app.http.inflight import InFlight
 from app.http.workers import READER_THREADS, MemoryBudget, Workers
@@ -39,6 +41,9 @@ class AppState:
     metrics: Metrics
     workers: Workers | None
     draining: bool = False  # SIGTERM seen: answer with `Connection: close`, report not ready
+    # Called on the event loop after the serving certificate was reloaded (the server recycles the
+    # connections handshaked with the previous one: WebhookServer.recycle_connections).
+    certificate_reloaded: list[Callable[[], None]] = field(default_factory=list)
     last_full_gc: float = float("-inf")  # monotonic time of the last full collection (app.settle_heap)
     # What the metrics take from a decision, per decision object (routes.decision_metrics).
     decision_metrics: BoundedMemo[int, tuple[Decision, dict[str, int], dict[str, int]]] = field(
@@ -50,6 +55,9 @@ class AppState:
     map_reviewer: AccessReviewer | None = None
     # This replica's in-flight reservations (jobs admitted, not yet in its watch): http/inflight.py.
     in_flight: InFlight = field(default_factory=InFlight)
+    # Leaves an Event on each job a stored policy change breaks (app/controller/policy_events.py, wired by
+    # `topoguard serve`; None: no API to write to). Called off the event loop.
+    policy_events: Callable[[Change, Sequence[JobImpact]], object] | None = None
 
     def __post_init__(self) -> None:
         self.body_deadlines = BodyDeadlines(self.settings.request_deadline_seconds)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from fastapi import APIRouter, Response
 from starlette.types import Receive, Scope, Send
 
 from app import engine
-from app.http import admission, responses
+from app.http import admission, policy_review, responses
 from app.http import workers as workers_
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
@@ -187,11 +188,7 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
     """Step 1, on a reader thread: hold what decoding will cost, decode and read the review, take the snapshot
     (once), prepare the answer (`admission.prepare`) and finish it when that costs nothing more (a memo hit, a
     refusal, a skip)."""
-    raw = decode(state, body, held)
-    try:
-        request = admission.parse_review(raw)
-    except admission.BadReview as e:
-        raise _HTTPProblem(400, str(e)) from None
+    request = _parsed(state, body, held)
     try:
         snapshot, problem = state.snapshot()
         prepared = admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
@@ -204,6 +201,15 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
                                     message=f"topoguard: internal error answering request {request.uid}")
         return request, _Answered(orjson.dumps(refusal), "error", None)
     return request, _Undecided(request, snapshot, prepared)
+
+
+def _parsed(state: AppState, body: bytes, held: _Held) -> admission.ReviewRequest:
+    """The review's request (`decode`, then `admission.parse_review`; 400 for what is not a usable review)."""
+    raw = decode(state, body, held)
+    try:
+        return admission.parse_review(raw)
+    except admission.BadReview as e:
+        raise _HTTPProblem(400, str(e)) from None
 
 
 def decode(state: AppState, body: bytes, held: _Held) -> Any:
@@ -326,6 +332,103 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
         operation=operation, outcome=answered.outcome, zone=decision.zone if decision else None,
         duration_seconds=duration, message=_denial_message_of(answered.body) if answered.outcome != "patched" else "",
     )
+
+
+# --- POST /validate-policy: policy changes judged against the training jobs (http/policy_review.py) -------
+
+POLICY_PATH = "/validate-policy"
+POLICY_OPERATION = "validate-policy"
+
+
+def _own_pods(snapshot: Snapshot) -> tuple[Any, ...]:
+    """topoguard's own pods (POD_NAMESPACE / POD_NAME, the chart's downward API), found once per snapshot."""
+    namespace, name = os.environ.get("POD_NAMESPACE", ""), os.environ.get("POD_NAME", "")
+    return snapshot.memo(f"http.own-pods/{namespace}/{name}",
+                         lambda s: policy_review.own_pods(s, namespace, name))
+
+
+def _judge_policy(state: AppState, request: admission.ReviewRequest, deadline: float) -> policy_review.PolicyOutcome:
+    """On a decision worker: take the snapshot once, judge the change before `deadline`."""
+    try:
+        snapshot, problem = state.snapshot()
+        with engine.within(engine.Deadline(deadline, time.perf_counter)):
+            outcome = policy_review.answer(request, snapshot=snapshot, settings=state.settings,
+                                           cache_problem=problem, own=_own_pods(snapshot) if problem is None else ())
+    except engine.DeadlineExceeded:
+        outcome = _policy_unjudged(request, f"no answer within the {state.settings.policy_changes.deadline_seconds:g}s "
+                                            "deadline")
+    except Exception:
+        log.exception("unexpected error judging a policy change", extra={"uid": request.uid})
+        outcome = _policy_unjudged(request, "internal error")
+    return outcome
+
+
+def _policy_unjudged(request: admission.ReviewRequest, why: str) -> policy_review.PolicyOutcome:
+    """Admitted with a warning: this webhook never blocks a change it did not judge."""
+    text = f"topoguard: the change was not checked against the training jobs ({why}); it is admitted unchecked"
+    return policy_review.PolicyOutcome(responses.allowed(request.uid, warnings=[text]), "warned",
+                                       dry_run=bool(request.dry_run))
+
+
+async def handle_policy_review(state: AppState, scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /validate-policy: bounded like a review (body limit, memory budget, deadline, a decision worker)."""
+    started = time.perf_counter()
+    metrics = state.metrics
+    held = _Held(state.memory)
+    deadline = started + state.settings.policy_changes.deadline_seconds
+    try:
+        try:
+            held.take(_check_headers(scope, state.settings.max_body_bytes))
+            try:
+                body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
+            except BodyDeadlineExceeded:
+                raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
+            if state.workers is None:
+                request = _parsed(state, body, held)
+                outcome = _judge_policy(state, request, deadline)
+            else:
+                try:
+                    request = await asyncio.wait_for(state.workers.read(functools.partial(_parsed, state, body, held)),
+                                                     timeout=max(deadline - time.perf_counter(), 0))
+                except TimeoutError:
+                    raise _HTTPProblem(503, "the review could not be read within the deadline: the webhook is "
+                                            "overloaded", close=True) from None
+                try:
+                    outcome = await asyncio.wait_for(
+                        state.workers.decide(POLICY_OPERATION, functools.partial(_judge_policy, state, request,
+                                                                                 deadline)),
+                        timeout=max(deadline - time.perf_counter(), 0))
+                except (TimeoutError, workers_.Shed):
+                    seconds = state.settings.policy_changes.deadline_seconds
+                    outcome = _policy_unjudged(request, f"no answer within the {seconds:g}s deadline")
+        except _HTTPProblem as problem:
+            metrics.record_review(operation=POLICY_OPERATION, kind="", outcome="bad-request",
+                                  duration_seconds=time.perf_counter() - started)
+            await _send(send, problem.status, orjson.dumps({"error": str(problem)}),
+                        close=problem.close or state.draining)
+            return
+        except Exception:
+            log.exception("unexpected error answering a policy review")
+            await _send(send, 500, orjson.dumps({"error": "internal error reading the review"}), close=True)
+            return
+    finally:
+        held.release()
+    await _send(send, 200, orjson.dumps(outcome.review), close=state.draining)
+    metrics.record_review(operation=POLICY_OPERATION, kind=request.kind.kind[:LOGGED_TEXT_CHARS],
+                          outcome=outcome.outcome, duration_seconds=time.perf_counter() - started)
+    result = outcome.result
+    log.info("policy change judged", extra={
+        "uid": request.uid[:LOGGED_TEXT_CHARS], "kind": request.kind.kind[:LOGGED_TEXT_CHARS],
+        "namespace": (request.namespace or "")[:LOGGED_TEXT_CHARS],
+        "policy": (request.name or "")[:LOGGED_TEXT_CHARS], "operation": request.operation,
+        "outcome": outcome.outcome, "dry_run": outcome.dry_run,
+        "what_if": result.outcome if result else "", "jobs_broken": len(result.broken) if result else 0,
+        "duration_seconds": round(time.perf_counter() - started, 6)})
+    jobs = outcome.events
+    if jobs and result is not None and state.policy_events is not None:
+        record = state.policy_events
+        change = result.changes[0]
+        asyncio.get_running_loop().run_in_executor(None, lambda: record(change, jobs))
 
 
 class _Held:

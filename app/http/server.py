@@ -21,7 +21,9 @@ What this module adds, and owns:
   `Connection: close` the moment it is established, without reading anything;
 - accept errors (EMFILE/ENFILE/ENOBUFS/ENOMEM) and the two cuts above logged once per interval with
   a count, not one line each;
-- the drain (see `WebhookServer.drain`).
+- the drain (see `WebhookServer.drain`);
+- after a certificate reload, the connections handshaked with the previous certificate closed by
+  their next answer (see `WebhookServer.recycle_connections`).
 
 Must not decide anything or import the engine: it moves bytes. The app it serves is opaque here.
 """
@@ -44,6 +46,7 @@ from typing import Any, ClassVar
 
 import h11
 import uvicorn
+from uvicorn.protocols.http.flow_control import CLOSE_HEADER
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.config import Settings
@@ -54,17 +57,21 @@ log = logging.getLogger(__name__)
 # Below the Helm chart's terminationGracePeriodSeconds minus preStopSleepSeconds (40 - 10 s), above
 # the 8 s decision deadline.
 SHUTDOWN_GRACE_SECONDS = 20.0
-# client-go keeps up to 25 idle connections per host and reuses them; 60 s keeps them open
-# between bursts of job submissions, so few reviews pay a TLS handshake.
-KEEP_ALIVE_SECONDS = 60
+# client-go keeps up to 25 idle connections per host and reuses them. Longer than the client's own idle
+# timeout, so the client, not this server, closes a keep-alive connection that fell idle: a server that
+# closes an idle connection races the client's next request on it, which is lost (Go does not resend a
+# POST, and the apiserver does not retry a webhook call). client-go's transports take Go's
+# DefaultTransport IdleConnTimeout, 90 s (k8s.io/apimachinery pkg/util/net/http.go SetTransportDefaults,
+# client-go transport/cache.go); Prometheus' scraper is a Go client too.
+KEEP_ALIVE_SECONDS = 120
 # h11's own default, spelled out: the largest request head (request line + headers) accepted.
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
 # asyncio waits 30 s by default for the peer's close_notify; a client that never answers would hold
 # its fd (and its place under maxConnections) that long after we closed.
 TLS_SHUTDOWN_SECONDS = 2.0
-# Drain: a keep-alive connection is closed once it has been idle this long (a client that is using
-# it gets its next answer with `Connection: close` instead); see WebhookServer.drain.
-DRAIN_IDLE_SECONDS = 1.0
+# Drain: a keep-alive connection is closed once it has been idle this long since the drain began (a
+# client that is using it gets its next answer with `Connection: close` instead); see WebhookServer.drain.
+DRAIN_IDLE_SECONDS = 2.0
 # Drain: the listener closes once no connection has been accepted for this long.
 DRAIN_LISTENER_QUIET_SECONDS = 0.25
 DRAIN_TICK_SECONDS = 0.05
@@ -127,6 +134,7 @@ class ConnectionGuard:
 
     header_timeout_seconds: float
     max_connections: int
+    on_connection: Callable[[], None] | None = None  # each accepted connection (TLS handshake done)
     accepted: int = 0
     last_accept: float = 0.0
     cut: ThrottledLog = field(default_factory=lambda: ThrottledLog(
@@ -178,6 +186,7 @@ class GuardedProtocol(H11Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_since: float | None = None
         self._refused = False
+        self.retired = False  # handshaked with a certificate since replaced: to be closed (recycle_connections)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -194,6 +203,8 @@ class GuardedProtocol(H11Protocol):
             return
         self._idle_since = guard.last_accept
         self._head_timer = self.loop.call_later(guard.header_timeout_seconds, self._on_head_timeout)
+        if guard.on_connection is not None:
+            guard.on_connection()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -205,6 +216,28 @@ class GuardedProtocol(H11Protocol):
         self._idle_since = None
         super().data_received(data)
         self._watch_head()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.retired:
+            self._answer_with_close()
+
+    def retire(self) -> None:
+        """This connection's TLS session carries a replaced certificate: its next answer says
+        `Connection: close` (the client reconnects, handshaking with the current certificate)."""
+        self.retired = True
+        self._answer_with_close()
+
+    def _answer_with_close(self) -> None:
+        # NB: uvicorn's h11 cycle adds `Connection: close` to a response whose request scope carries
+        # that header (RequestResponseCycle.send), and then closes the connection after the response;
+        # a response already started is left alone (its connection's next request gets the header).
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:
+            return
+        headers = cycle.scope["headers"]
+        if isinstance(headers, list) and CLOSE_HEADER not in headers:  # the protocol's own list
+            headers.append(CLOSE_HEADER)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -235,10 +268,11 @@ class GuardedProtocol(H11Protocol):
             self.guard.cut.record(self.loop, header_timeout_seconds=self.guard.header_timeout_seconds)
             self.transport.abort()  # a client that stalls its head gets no TLS goodbye either
 
-    def close_if_idle(self, now: float, *, quiet: float) -> bool:
+    def close_if_idle(self, now: float, *, quiet: float, since: float) -> bool:
         """Close this keep-alive connection if no request is on it, none has started, none is waiting
-        in the kernel, and it has been idle `quiet` seconds. True when closed."""
-        if self._refused or self._idle_since is None or now - self._idle_since < quiet:
+        in the kernel, and it has been idle `quiet` seconds, counted from `since` at the earliest. True
+        when closed."""
+        if self._refused or self._idle_since is None or now - max(self._idle_since, since) < quiet:
             return False
         if self.transport.is_closing() or not self._waiting_for_request() or self.conn.trailing_data[0]:
             return False
@@ -287,6 +321,10 @@ class WebhookServer(uvicorn.Server):
         self.topoguard = app
         self.guard = guard
         self.drain_seconds = drain_seconds
+        app.state.certificate_reloaded.append(self.recycle_connections)
+        # asyncio calls connection_made once the TLS handshake is done; OpenSSL gave the connection the
+        # context's certificate when it was accepted, a handshake earlier (app/tls.py).
+        guard.on_connection = app.state.metrics.record_connection
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.topoguard.state.draining = True
@@ -308,6 +346,25 @@ class WebhookServer(uvicorn.Server):
         finally:
             del loop.create_server
 
+    def recycle_connections(self) -> None:
+        """After the serving certificate was reloaded: retire every open connection, so clients handshake
+        again with the new certificate instead of whenever their keep-alive ends.
+
+        A client that sends a request every few seconds (the apiserver under steady load) would
+        otherwise keep its connections, and the old certificate, for as long as the pod lives: a
+        rotated certificate the client cannot verify would show only at the next restart. A retired
+        connection is closed by its own next answer (`Connection: close`), which the client reads before
+        it could reuse the connection. It is never closed while idle: a client may be writing a request
+        on it at that very moment (the HTTP/1.1 keep-alive race; Go reuses its most recently used idle
+        connection first, so one that stays idle is one the client does not need, and the client's idle
+        timeout, shorter than KEEP_ALIVE_SECONDS, closes it).
+        """
+        connections = [c for c in self.server_state.connections if isinstance(c, GuardedProtocol)]
+        for connection in connections:
+            connection.retire()
+        log.info("certificate reloaded: connections made with the previous certificate close with their next "
+                 "answer", extra={"connections": len(connections)})
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if not self.force_exit:
             await self.drain()
@@ -321,14 +378,20 @@ class WebhookServer(uvicorn.Server):
         closes it is lost (the apiserver does not retry a POST), so the drain never closes a
         connection that may be carrying one. Since SIGTERM every answer says `Connection: close`, so
         a connection in use is closed by its own next answer, which the client reads before reusing
-        it. A connection is closed by the server only when it has been idle DRAIN_IDLE_SECONDS with
-        nothing buffered or waiting in the kernel: a client that reuses connections (Go's transport
-        picks the most recently used one first) is not about to write on it, and Go's transport sees
-        the close on an idle connection before it would reuse it. The listener stays open meanwhile
-        (a connection routed here late is answered, once, with `Connection: close`) and is closed
-        after the idle connections, once no connection has arrived for DRAIN_LISTENER_QUIET_SECONDS,
-        which is the only moment the listen backlog can be reset without resetting a client. The whole
-        drain is bounded by `drain_seconds`; what is still running then is left to uvicorn's shutdown.
+        it. A connection is closed by the server only when it has been idle DRAIN_IDLE_SECONDS since
+        the drain began with nothing buffered or waiting in the kernel: a client that reuses
+        connections (Go's transport picks the most recently used one first) is then unlikely to be
+        writing on it, and Go's transport sees the close on an idle connection before it would reuse
+        it. Idle time before SIGTERM does not count: at SIGTERM the apiserver may still be routing
+        here at full rate, and a connection it had left idle a second is the next it takes in a burst
+        (the lossless e2e suite lost a review to exactly that when such connections were closed at
+        once). Still a race in principle (HTTP/1.1 has no way to retire an idle connection), made
+        rare, not impossible: the Go client sees a close within its scheduling latency. The listener
+        stays open meanwhile (a connection routed here late is answered, once, with `Connection:
+        close`) and is closed after the idle connections, once no connection has arrived for
+        DRAIN_LISTENER_QUIET_SECONDS, which is the only moment the listen backlog can be reset without
+        resetting a client. The whole drain is bounded by `drain_seconds`; what is still running then
+        is left to uvicorn's shutdown.
         """
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -339,7 +402,7 @@ class WebhookServer(uvicorn.Server):
             now = loop.time()
             for connection in list(connections):
                 if isinstance(connection, GuardedProtocol):
-                    connection.close_if_idle(now, quiet=DRAIN_IDLE_SECONDS)
+                    connection.close_if_idle(now, quiet=DRAIN_IDLE_SECONDS, since=start)
             quiet_since = max(start + DRAIN_IDLE_SECONDS, self.guard.last_accept + DRAIN_LISTENER_QUIET_SECONDS)
             if listening and now >= quiet_since:
                 for server in self.servers:

@@ -79,6 +79,12 @@ def check_group(group: JobGroup, limits: Limits) -> None:
                 f"{replica.count:,} {replica.key} pods exceed the limit of {limits.pods_per_replica_type:,} "
                 f"per replica type ({_setting('pods_per_replica_type')})"
             )))
+    for replica in group.replicas:
+        if len(replica.claims) > limits.claims_per_pod:
+            errors.append(FieldError(replica_field(replica), (
+                f"{len(replica.claims):,} resourceClaims in a {replica.key} pod exceed the limit of "
+                f"{limits.claims_per_pod:,} per pod ({_setting('claims_per_pod')})"
+            )))
     total = sum(r.count for r in group.replicas)
     if total > limits.pods_per_job:
         errors.append(FieldError("spec", (

@@ -10,6 +10,10 @@ SKIP_ANNOTATION = "topoguard.io/skip"
 ALLOW_SKIP_LABEL = "topoguard.io/allow-skip"
 # Per job: the TCP ports its collectives use, `FIRST-LAST`, when it pins them (jobs/flows.py).
 COLLECTIVE_PORTS_ANNOTATION = "topoguard.io/collective-ports"
+# Per-namespace enforcement of the policy-change webhook (warn | deny), and a policy's own break-glass
+# annotation: admitted with its warnings even under deny (security must always be able to isolate).
+POLICY_CHANGES_LABEL = "topoguard.io/policy-changes"
+BREAK_GLASS_ANNOTATION = "topoguard.io/break-glass"
 
 # What topoguard writes on the job.
 ZONE_ANNOTATION = "topoguard.io/zone"

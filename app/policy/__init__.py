@@ -2,7 +2,8 @@
 
 The public API (other packages import only these names):
 
-- `build_index(snapshot)`: every policy compiled once per snapshot (memoized on it).
+- `build_index(snapshot)`: every policy compiled once per snapshot (memoized on it); `build_index_after`
+  the same for a snapshot that changes a few of another's policies (a what-if), from that one's index.
 - `check_flow(snapshot, src, dst, ports, protocol, *, enforcement)`: the verdict with reasons,
   memoized per snapshot; `evaluate_flow` (same arguments) computes it afresh.
 - `endpoint_for_pod(snapshot, pod)`: an existing pod as policy sees it.
@@ -46,6 +47,8 @@ from app.policy.identity import endpoint_for_pod
 from app.policy.index import (
     PolicyIndex,
     build_index,
+    build_index_after,
+    compiled_policy,
     label_keys_mentioned,
     label_values_mentioned,
     policy_problems,
@@ -55,7 +58,9 @@ from app.policy.verdicts import check_flow, evaluate_flow, snapshot_agent
 __all__ = [
     "PolicyIndex",
     "build_index",
+    "build_index_after",
     "check_flow",
+    "compiled_policy",
     "endpoint_for_pod",
     "evaluate_flow",
     "label_keys_mentioned",

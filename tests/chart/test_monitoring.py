@@ -23,7 +23,9 @@ ALL_ON = {
 }
 # Labels Prometheus adds from the scrape target, not from topoguard.
 TARGET_LABELS = {"namespace", "service", "pod", "job", "instance", "le"}
-SELECTOR = re.compile(r"\b(topoguard_[a-z_]+)\s*(\{[^}]*\})?")
+# A topoguard series, not part of a recorded series' name (level:metric:operations, the chart's rules).
+SELECTOR = re.compile(r"(?<![:\w])(topoguard_[a-z_]+)\s*(\{[^}]*\})?")
+RECORDED = re.compile(r"\b([a-z_]+:[a-z_]*topoguard_[a-z_]+:[a-z0-9_]+)\b")
 LABEL_MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 
@@ -54,7 +56,7 @@ def check_queries(exprs: list[str]) -> list[str]:
     problems = []
     for expr in exprs:
         used = SELECTOR.findall(expr)
-        assert used, f"no topoguard metric in {expr!r}"
+        assert used or RECORDED.search(expr), f"no topoguard metric in {expr!r}"
         names = set()
         for name, matchers in used:
             names.add(name)
@@ -64,9 +66,13 @@ def check_queries(exprs: list[str]) -> list[str]:
             for label in LABEL_MATCHER.findall(matchers or ""):
                 if label not in exported[name] | TARGET_LABELS:
                     problems.append(f"{name}{{{label}}}: no such label")
+        if not names:
+            continue  # recorded series only: test_recorded_series_come_from_the_rules checks those
         for group in GROUPING.findall(expr):
             for label in (g.strip() for g in group.split(",") if g.strip()):
-                if not any(label in exported.get(n, set()) | TARGET_LABELS for n in names):
+                # A series' own label that a target label displaces is scraped as exported_<label>.
+                own = label.removeprefix("exported_") if label.startswith("exported_") else label
+                if not any(own in exported.get(n, set()) | TARGET_LABELS for n in names):
                     problems.append(f"by ({label}) in {expr!r}: no such label")
     return problems
 
@@ -86,10 +92,10 @@ def test_alerts_cover_split_jobs_blocked_decisions_cache_and_certificate(
     monitoring_objects: list[dict[str, Any]],
 ) -> None:
     rules = [r for g in one(monitoring_objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
-    alerts = {r["alert"]: r for r in rules}
+    alerts = {r["alert"]: r for r in rules if "alert" in r}
     assert {"TopoguardJobsSplitAcrossZones", "TopoguardBlockedDecisions", "TopoguardCacheNotSynced",
-            "TopoguardCertificateNearExpiry"} <= set(alerts)
-    for rule in rules:
+            "TopoguardCertificateNearExpiry", "TopoguardNamespaceWastingGPUs"} <= set(alerts)
+    for rule in alerts.values():
         assert rule["labels"]["severity"] in {"warning", "critical"}
         assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())
         assert f'namespace="{NAMESPACE}",service="{RELEASE}"' in rule["expr"], "scoped to this release's targets"
@@ -100,7 +106,7 @@ def test_alerts_cover_split_jobs_blocked_decisions_cache_and_certificate(
 
 def test_alert_queries_use_only_exported_metrics_and_labels(monitoring_objects: list[dict[str, Any]]) -> None:
     rules = [r for g in one(monitoring_objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
-    exprs = [r["expr"] for r in rules if "absent(up" not in r["expr"]]
+    exprs = [r["expr"] for r in rules if "absent(up" not in r["expr"] and "DCGM_" not in r["expr"]]
     assert check_queries(exprs) == []
 
 
@@ -122,6 +128,19 @@ def test_dashboard_queries_use_only_exported_metrics_and_labels(monitoring_objec
     exported = set(exported_series()) - {
         "topoguard_review_duration_seconds_sum", "topoguard_review_duration_seconds_count"}
     assert exported <= used, f"metrics without a panel: {sorted(exported - used)}"
+
+
+def test_recorded_series_come_from_the_rules(render: Render) -> None:
+    """Every recorded series the dashboard and the rules read is recorded by the chart's rules (all optional
+    rules on: a price set, DCGM on)."""
+    prices = {"monitoring": {"gpuHourPrice": 2.5, "interZoneGBPrice": 0.02, "splitPodGBPerHour": 50}}
+    objects = render(values={**ALL_ON, **prices})
+    rules = [r for g in one(objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    recorded = {r["record"] for r in rules if "record" in r}
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])] + [r["expr"] for r in rules]
+    read = {name for e in exprs for name in RECORDED.findall(e)}
+    assert read and read <= recorded, f"not recorded by the chart: {sorted(read - recorded)}"
 
 
 def test_check_queries_catches_a_renamed_metric_or_label() -> None:

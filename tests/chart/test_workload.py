@@ -102,7 +102,8 @@ def test_server_args_point_at_the_mounted_config_and_certificate(default_objects
 
 @pytest.mark.parametrize(("config", "want"), [
     pytest.param({}, {"zone_label": "topology.kubernetes.io/zone", "mode": "pin", "enforcement": "deny",
-                      "gpu_resources": ("nvidia.com/gpu", "amd.com/gpu"), "request_deadline_seconds": 4.0,
+                      "gpu_resources": ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-*"),
+                      "request_deadline_seconds": 4.0,
                       "capacity_policy": "wait", "extended_resource_toleration": False,
                       "collective_ports": PortRange(32768, 60999)},
                  id="defaults load as the documented settings"),

@@ -142,6 +142,7 @@ class ControlPlane:
 
     bin_dir: Path
     work_dir: Path
+    apiserver_args: Sequence[str] = ()  # added to the suite's flags (e.g. --enable-aggregator-routing=true)
     ca: pki.CertificateAuthority = field(init=False)
     token: str = field(init=False)
     port: int = field(init=False)
@@ -234,12 +235,24 @@ class ControlPlane:
             "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
             f"--cert-dir={certs}",
             "--v=1",
+            *self.apiserver_args,
         ], self.work_dir / "kube-apiserver.log")
         self.processes.append(apiserver)
         apiserver.start()
+        self._wait_apiserver_ready(apiserver)
+
+    def _wait_apiserver_ready(self, apiserver: Process) -> None:
         wait_until(apiserver, lambda: https_ok(f"{self.url}/readyz", ca_file=self.ca.pair.cert_path,
                                                token=self.token),
                    timeout=APISERVER_READY_TIMEOUT_SECONDS, what="ready (/readyz)")
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM: its own graceful shutdown) and start it again with the same flags,
+        port, certificates and etcd; return once /readyz says 200 again."""
+        apiserver = self.processes[-1]
+        apiserver.stop()
+        apiserver.start()
+        self._wait_apiserver_ready(apiserver)
 
     def _write_kubeconfig(self) -> Path:
         config = {

@@ -42,15 +42,16 @@ class TopoguardServer:
     log_path: Path
     ca_file: Path | None = None
     port: int = field(default_factory=free_port)
+    host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8): replicas behind one Service each get their own
     env: dict[str, str] = field(default_factory=dict)  # added to the clean environment (e.g. POD_NAME)
     process: Process = field(init=False)
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     def start(self, *, wait_for: str = "/healthz") -> None:
-        argv = [sys.executable, "-m", "app", "serve", *self.args, "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [sys.executable, "-m", "app", "serve", *self.args, "--host", self.host, "--port", str(self.port)]
         self.process = Process("topoguard serve", argv, self.log_path, env={**clean_environment(), **self.env})
         self.process.start()
         try:

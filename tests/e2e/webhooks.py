@@ -87,3 +87,34 @@ def validating_configuration(config_name: str, base_url: str, ca_pem: bytes, *,
                               failure_policy=failure_policy, timeout_seconds=timeout_seconds,
                               namespace_selector=namespace_selector or ENABLED_SELECTOR)],
     }
+
+
+# charts/topoguard/templates/webhook-policychanges.yaml (policyChanges.enabled): every namespace, the four policy
+# kinds, CREATE/UPDATE/DELETE, failurePolicy Ignore, sideEffects None, timeoutSeconds 5.
+POLICY_NAME = "policy-changes.topoguard.io"
+POLICY_RULES: list[RawObject] = [
+    {"apiGroups": ["cilium.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+     "resources": ["ciliumnetworkpolicies", "ciliumclusterwidenetworkpolicies"], "scope": "*"},
+    {"apiGroups": ["networking.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+     "resources": ["networkpolicies"], "scope": "Namespaced"},
+    {"apiGroups": ["policy.networking.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+     "resources": ["clusternetworkpolicies"], "scope": "Cluster"},
+]
+
+
+def policy_configuration(config_name: str, base_url: str, ca_pem: bytes, *,
+                         namespace_selector: RawObject | None = None) -> RawObject:
+    hook: RawObject = {
+        "name": POLICY_NAME,
+        "clientConfig": {"url": f"{base_url}/validate-policy", "caBundle": base64.b64encode(ca_pem).decode()},
+        "rules": POLICY_RULES,
+        "failurePolicy": "Ignore",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": CHART_TIMEOUT_SECONDS,
+    }
+    if namespace_selector is not None:
+        hook["namespaceSelector"] = namespace_selector
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": config_name}, "webhooks": [hook]}

@@ -121,7 +121,9 @@ def test_sigterm_finishes_in_flight_review_with_connection_close(
     while True:  # ... and then the listener: new connections are refused
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ConnectionResetError):
+            # Reset: this probe sat in the listen backlog when the listener closed (a loaded machine's
+            # event loop had not accepted it yet); closed all the same.
             break
         assert time.monotonic() < deadline, "still accepting connections after SIGTERM"
         time.sleep(0.02)

@@ -69,6 +69,18 @@ def peer_serial(port: int, ctx: ssl.SSLContext) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
+def ask_health(conn: ssl.SSLSocket) -> tuple[int, bool]:
+    """GET /healthz on a kept-alive connection: (status, whether the answer says `Connection: close`)."""
+    conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+        chunk = conn.recv(4096)
+        assert chunk, f"closed mid-answer: {answer!r}"
+        answer += chunk
+    head = answer.split(b"\r\n\r\n")[0].lower()
+    return int(head.split()[1]), b"\r\nconnection: close" in head
+
+
 @pytest.fixture(scope="module")
 def server(serve: Callable[..., RunningServer]) -> RunningServer:
     return serve(create_app(Settings(), StaticStore(build_snapshot([]))))
@@ -225,7 +237,9 @@ def test_rotated_certificate_files_are_served_without_restart(
                    files.context)
     trust_both = ssl.create_default_context(cadata=first.cert_pem.decode() + second.cert_pem.decode())
     assert peer_serial(server.port, trust_both) == serial_of(first)
-    kept_open = tls_connect(server.port, trust_both)  # an established connection survives the rotation
+    idle = tls_connect(server.port, trust_both)  # handshaked with the first certificate, then left idle
+    busy = tls_connect(server.port, trust_both)  # the same, but used all along (never idle for a second)
+    assert ask_health(busy) == (200, False)
     # Rotate as kubelet does for a Secret volume: write elsewhere, then rename over the served paths.
     staging = tmp_path / "staging"
     staging.mkdir()
@@ -234,13 +248,26 @@ def test_rotated_certificate_files_are_served_without_restart(
     os.replace(staging / "tls.key", key)
     os.replace(staging / "tls.crt", cert)
     deadline = time.monotonic() + ROTATION_WAIT_SECONDS
+    closing = False
     while peer_serial(server.port, trust_both) != serial_of(second):
         assert time.monotonic() < deadline, "the new certificate was never served"
+        if not closing:
+            status, closing = ask_health(busy)
+            assert status == 200
         time.sleep(0.05)
     assert server.thread.is_alive()
-    kept_open.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert kept_open.recv(4096).startswith(b"HTTP/1.1 200")
-    kept_open.close()
+    # The connections made with the first certificate are recycled, so clients handshake again: each is
+    # closed by its next answer, the busy one as the one that was left idle meanwhile (never while idle).
+    while not closing:
+        assert time.monotonic() < deadline, "the busy connection was never recycled"
+        status, closing = ask_health(busy)
+        assert status == 200
+        time.sleep(0.05)
+    assert busy.recv(1) == b""
+    assert ask_health(idle) == (200, True)
+    assert idle.recv(1) == b""
+    busy.close()
+    idle.close()
     with httpx.Client(base_url=server.url, verify=trust_both) as c:
         metrics = c.get("/metrics").text
     not_after = x509.load_pem_x509_certificate(second.cert_pem).not_valid_after_utc.timestamp()
@@ -249,3 +276,10 @@ def test_rotated_certificate_files_are_served_without_restart(
         if sample.name == "topoguard_tls_certificate_expiry_timestamp_seconds"
     ]
     assert exported == [not_after]
+    # Connections are counted by the serial of the certificate they got: the first's before, the second's since.
+    connections = {
+        sample.labels["serial"]: sample.value for family in text_string_to_metric_families(metrics)
+        for sample in family.samples if sample.name == "topoguard_tls_connections_total"
+    }
+    assert set(connections) == {f"{serial_of(first):X}", f"{serial_of(second):X}"}
+    assert min(connections.values()) >= 2

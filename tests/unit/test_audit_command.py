@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,23 @@ def test_map_leaves_the_jobs_out_when_asked_or_when_the_audit_is_off() -> None:
     off = settings.model_copy(update={"audit": settings.audit.model_copy(update={"enabled": False})})
     quiet = AppState(settings=off, store=StaticStore(snapshot), metrics=Metrics(), workers=None)
     assert "jobs" not in maps.build_map(quiet) and maps.build_map(quiet)["zones"]
+
+
+def test_html_is_one_self_contained_page_of_the_map() -> None:
+    code, page, err = run("--cluster", str(BEFORE), "--config", str(CONFIG), "-o", "html")
+    assert (code, err) == (1, "")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert not re.search(r"""\b(src|href)=|@import|url\((?!#)""", page), "nothing loaded from elsewhere"
+    assert page.count('class="flow flow-deny"') == 2
+    assert '4 GPUs held · 4 GPU-hours wasted per hour' in page
+    assert 'data-job="PyTorchJob ml-demo/ml-training" data-finding="blocked"' in page
+    code, page, _ = run("--cluster", str(AFTER), "--config", str(CONFIG), "-o", "html")
+    assert code == 0 and "flow-deny" not in page and "✓ nothing found" in page
+
+
+def test_html_escapes_what_the_cluster_names(tmp_path: Path) -> None:
+    text = BEFORE.read_text().replace("zone-b", "zone-<b>")
+    cluster = tmp_path / "odd.yaml"
+    cluster.write_text(text)
+    _, page, _ = run("--cluster", str(cluster), "--config", str(CONFIG), "-o", "html")
+    assert "zone-<b>" not in page and "zone-&lt;b&gt;" in page

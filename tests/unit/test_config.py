@@ -15,7 +15,7 @@ def test_defaults_match_the_design_contract() -> None:
     assert got == Settings(
         zone_label="topology.kubernetes.io/zone",
         zone_identity_label="",
-        gpu_resources=("nvidia.com/gpu", "amd.com/gpu"),
+        gpu_resources=("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-*"),
         mode="pin",
         enforcement="deny",
         policy_enforcement="default",
@@ -127,3 +127,15 @@ def test_collective_ports_default_to_the_kernel_ephemeral_range_and_come_from_fi
 def test_bad_collective_ports_are_a_clear_error_naming_the_key(value: str, fragment: str) -> None:
     with pytest.raises(ConfigError, match=f"collectivePorts: .*{fragment}"):
         load_settings(environ={"TOPOGUARD_COLLECTIVE_PORTS": value})
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("nvidia.com/mig-*", True), ("example.com/gpu", True), ("*", False), ("nvidia.com/*gpu", False),
+    ("mig-*", False), ("a/b/c", False),
+])
+def test_gpu_resources_take_names_and_domain_prefix_patterns(value: str, ok: bool) -> None:
+    if ok:
+        assert load_settings(environ={"TOPOGUARD_GPU_RESOURCES": value}).gpu_resources == (value,)
+    else:
+        with pytest.raises(ValueError, match="prefix pattern"):
+            load_settings(environ={"TOPOGUARD_GPU_RESOURCES": value})

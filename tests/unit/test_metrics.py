@@ -155,3 +155,14 @@ def test_a_replica_that_stops_leading_exports_no_findings() -> None:
     got = samples(m)
     assert got[("topoguard_audit_leader", ())] == 0
     assert not any(name in ("topoguard_audit_findings", "topoguard_audit_job_findings") for name, _ in got)
+
+
+def test_connections_are_counted_by_the_serving_serial_and_only_two_certificates_are_kept() -> None:
+    metrics = Metrics()
+    for serial in ("A1", "B2", "C3"):
+        metrics.record_certificate(1.0, serial)
+        metrics.record_certificate(1.0, serial)  # the poller records the same certificate again and again
+        metrics.record_connection()
+    exported = {dict(labels)["serial"]: value for (name, labels), value in samples(metrics).items()
+                if name == "topoguard_tls_connections_total"}
+    assert exported == {"B2": 1.0, "C3": 1.0}

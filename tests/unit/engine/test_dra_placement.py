@@ -212,3 +212,13 @@ def test_nodes_of_another_compute_domain_are_not_usable_and_the_refusal_names_th
     assert not decision.allowed
     assert "ComputeDomain ml/train-cd" in decision.reasons[0]
     assert "has 1 usable node(s)" in decision.reasons[0], decision.reasons
+
+
+def test_a_pod_naming_more_claims_than_the_limit_is_refused_naming_the_field() -> None:
+    import pytest
+    worker = claims_worker()
+    worker["resourceClaims"] = [{"name": f"c{i}", "resourceClaimTemplateName": "one-gpu"} for i in range(33)]
+    with pytest.raises(jobs.JobError, match=r"33 resourceClaims in a Worker pod exceed the limit of 32 per pod "
+                                            r"\(limits.claimsPerPod\)"):
+        jobs.parse_job(pytorchjob(worker), gpu_resources=SETTINGS.gpu_resources, namespace="ml",
+                       limits=SETTINGS.limits)
