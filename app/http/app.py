@@ -119,8 +119,11 @@ def _warm(state: AppState, snapshot: Snapshot) -> None:
 
 
 def _settle(state: AppState, snapshot: Snapshot) -> None:
-    """Called for every published snapshot: its gauges, and the heap settled (the snapshot it replaced is
-    no longer what readers get)."""
+    """Called for every published snapshot: its gauges, the in-flight holds of the jobs it stores released
+    (a job created and deleted between two reviews is seen here, or its hold would last its whole window),
+    and the heap settled (the snapshot it replaced is no longer what readers get)."""
+    if len(state.in_flight):
+        state.in_flight.current(snapshot)
     try:
         zones = maps.zone_capacity(
             snapshot, zone_label=state.settings.zone_label, gpu_resources=state.settings.gpu_resources,

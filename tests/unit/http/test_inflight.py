@@ -188,3 +188,19 @@ def test_two_reviews_that_count_the_same_gpus_share_a_decision() -> None:
     first.result()
 
     assert engine.pending("decide", group, snapshot, Settings(), in_flight=other).known is not None
+
+
+def test_a_published_snapshot_that_stores_the_job_ends_its_hold_even_if_no_review_reads_it() -> None:
+    # The job is created, seen in one published snapshot, and deleted before the next review: the hold must
+    # not outlive it for the whole window (app.http.app._settle runs for every published snapshot).
+    from types import SimpleNamespace
+
+    from app.http.app import _settle
+    flight = InFlight(clock=Clock())
+    first = job("first")
+    admit(flight, cluster(), first)
+    stored = dict(first, metadata={**first["metadata"], "annotations": {"topoguard.io/zone": "zone-a"}})
+    state = SimpleNamespace(in_flight=flight, settings=None, metrics=None, store=None, last_full_gc=float("inf"))
+    _settle(state, cluster([projections.project_job(stored)]))  # type: ignore[arg-type]
+    assert len(flight) == 0
+    assert admit(flight, cluster(), job("second")) == "zone-a"
