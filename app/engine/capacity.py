@@ -312,6 +312,14 @@ def _held_by_group(groups: tuple[Group, ...], index: PodIndex) -> tuple[tuple[Ma
     return made
 
 
+# Per group: its nodes' names where DRA serves a GPU resource, else None (what `DeviceInventory.offers` is read for).
+_DRA_SERVED: IdentityMemo[tuple[str | None, ...]] = IdentityMemo(256)
+
+
+def _dra_served(group: Group) -> tuple[str | None, ...]:
+    return tuple(node.name if selected else None for node, _, selected in group[1])
+
+
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str],
                      inventory: DeviceInventory | None = None) -> ZoneIndex:
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring);
@@ -321,10 +329,13 @@ def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequ
     groups = _GROUPS.get((targets, per_node, resources, zone_label, inventory and inventory.published),
                          lambda: _group(targets, per_node, resources, zone_label, inventory))
     _CLASS_STATE.fit(len(groups))
+    _DRA_SERVED.fit(len(groups))
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
     for number, (group, used) in enumerate(zip(groups, _held_by_group(groups, pod_index(snapshot)), strict=True)):
-        offers = tuple(inventory.offers(node.name) if selected and inventory is not None else None
-                       for node, _, selected in group[1])
+        names = _DRA_SERVED.get((group,), functools.partial(_dra_served, group))
+        offers: tuple[Offers, ...] = (None,) * len(names)
+        if inventory is not None and any(names):
+            offers = tuple(None if name is None else inventory.offers(name) for name in names)
         by_zone[group[0][0]].append(_node_class(group, number, used, offers))
     classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)

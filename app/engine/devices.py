@@ -43,6 +43,7 @@ from app.models.dra import (
     DeviceRequest,
     PodClaimRef,
     ResourceClaimInfo,
+    ResourceClaimTemplateInfo,
     ResourceSliceInfo,
 )
 
@@ -178,19 +179,29 @@ def _requests_of(requests: Iterable[DeviceRequest]) -> Iterable[DeviceRequest]:
 def _selections(snapshot: Snapshot, gpu: frozenset[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
     """selection key -> (class, request selectors): every GPU class, and what claims and templates ask of one."""
     out: dict[str, tuple[str, tuple[str, ...]]] = {selection_key(name): (name, ()) for name in sorted(gpu)}
-    owners: list[Iterable[DeviceRequest]] = [c.requests for c in snapshot.resource_claims]
-    owners += [t.requests for t in snapshot.claim_templates.values()]
-    for requests in owners:
-        for request in _requests_of(requests):
-            if request.device_class in gpu and request.selectors:
-                out.setdefault(selection_key(request.device_class, request.selectors),
-                               (request.device_class, request.selectors))
+    # NB: tens of thousands of claims on every publish under claim churn, nearly all without selectors or
+    # firstAvailable: those cost one test each.
+    owners: Iterable[ResourceClaimInfo | ResourceClaimTemplateInfo] = (
+        *snapshot.resource_claims, *snapshot.claim_templates.values())
+    for owner in owners:
+        for request in owner.requests:
+            if request.selectors or request.first_available:
+                for one in _requests_of((request,)):
+                    if one.device_class in gpu and one.selectors:
+                        key = selection_key(one.device_class, one.selectors)
+                        out.setdefault(key, (one.device_class, one.selectors))
     return out
 
 
 def _allocated(claims: tuple[ResourceClaimInfo, ...]) -> frozenset[DeviceId]:
-    return _ALLOCATED.get((claims,), lambda: frozenset(
-        (r.driver, r.pool, r.device) for claim in claims for r in claim.allocated if not r.admin_access))
+    def build() -> frozenset[DeviceId]:
+        held = set()
+        for claim in claims:
+            for r in claim.allocated:
+                if not r.admin_access:
+                    held.add((r.driver, r.pool, r.device))
+        return frozenset(held)
+    return _ALLOCATED.get((claims,), build)
 
 
 def _build(snapshot: Snapshot, patterns: tuple[str, ...], resources: tuple[str, ...]) -> DeviceInventory:
@@ -545,7 +556,8 @@ def claim_demand(
     shared: list[SharedClaim] = []
     problems: list[str] = []
     domain, domain_uid = "", ""
-    by_name = {(c.namespace, c.name): c for c in snapshot.resource_claims} if any(c.claim for c in claims) else {}
+    by_name = snapshot.memo("devices.claims-by-name", lambda s: {(c.namespace, c.name): c for c in s.resource_claims}
+                            ) if any(c.claim for c in claims) else {}
     for ref in claims:
         if ref.template:
             template = snapshot.claim_templates.get((namespace, ref.template))
