@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -193,15 +194,46 @@ def _selections(snapshot: Snapshot, gpu: frozenset[str]) -> dict[str, tuple[str,
     return out
 
 
+class _Holders:
+    """The allocated devices of a tuple of claims, with how many claims hold each, kept from one tuple to the next:
+    the claims that came or went (found by identity, as the watch cache reuses unchanged ones) are added or taken
+    away, not every claim read again."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.claims: dict[int, ResourceClaimInfo] = {}
+        self.held: dict[DeviceId, int] = {}
+
+    def of(self, claims: tuple[ResourceClaimInfo, ...]) -> frozenset[DeviceId]:
+        with self.lock:
+            now = dict(zip(map(id, claims), claims, strict=True))
+            gone = self.claims.keys() - now.keys()
+            came = now.keys() - self.claims.keys()
+            if len(gone) + len(came) > len(now):  # mostly others: counted afresh
+                self.held, gone, came = {}, set(), set(now)
+            for claim_id, sign in ((c, -1) for c in gone):
+                self._count(self.claims[claim_id], sign)
+            for claim_id in came:
+                self._count(now[claim_id], 1)
+            self.claims = now
+            return frozenset(self.held)
+
+    def _count(self, claim: ResourceClaimInfo, sign: int) -> None:
+        for r in claim.allocated:
+            if not r.admin_access:
+                device = (r.driver, r.pool, r.device)
+                left = self.held.get(device, 0) + sign
+                if left:
+                    self.held[device] = left
+                else:
+                    del self.held[device]
+
+
+_HOLDERS = _Holders()
+
+
 def _allocated(claims: tuple[ResourceClaimInfo, ...]) -> frozenset[DeviceId]:
-    def build() -> frozenset[DeviceId]:
-        held = set()
-        for claim in claims:
-            for r in claim.allocated:
-                if not r.admin_access:
-                    held.add((r.driver, r.pool, r.device))
-        return frozenset(held)
-    return _ALLOCATED.get((claims,), build)
+    return _ALLOCATED.get((claims,), lambda: _HOLDERS.of(claims))
 
 
 def _build(snapshot: Snapshot, patterns: tuple[str, ...], resources: tuple[str, ...]) -> DeviceInventory:
