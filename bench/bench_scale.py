@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_scale.py            # a tenth of the size (500 nodes, 15,000 pods), short phases
     .venv/bin/python bench/bench_scale.py --full     # 5,000 nodes, 150,000 pods, 1,000 CNPs, 3,000 jobs
+    .venv/bin/python bench/bench_scale.py --dra      # GPUs from DRA: 7,500 nodes, 5,000 of them with 8 GPUs
+                                                     # as ResourceSlices, 20,000 allocated claims (a tenth)
 
 A loopback list/watch server of our own (bench/scale_world.py, a process pinned to CPU 1) serves
 Nodes, Namespaces, kubelet-shaped Pods (managedFields, statuses, env, volumes; a third on GPU nodes),
@@ -19,6 +21,11 @@ and watches it like a real apiserver. Then:
    one node of a zone of its own is created through the watch, and /map is polled until that zone's
    free GPUs show it (the snapshot decisions read).
 4. `serve --cluster FILE` on the same cluster written as one JSON List: ready time, peak and steady RSS.
+
+With --dra (scale_world.World.with_dra) the server also serves resource.k8s.io/v1 (a DeviceClass mapping
+nvidia.com/gpu, one ResourceSlice per GPU node, claim templates, allocated claims), churn recreates GPU pods'
+claims with them, and half the reviews' workers claim their GPUs through a ResourceClaimTemplate (the others
+write nvidia.com/gpu, served by DRA on those nodes: KEP-5004).
 
 Every figure is printed next to its target (issue "Scale"); a missed one says by how much.
 """
@@ -75,11 +82,13 @@ def probe_pod(n: int, gpus: int) -> dict[str, Any]:
     return obj
 
 
-def review_body(n: int, namespaces: int) -> bytes:
-    """A distinct PyTorchJob review: name, namespace, worker count, GPUs per worker and labels vary with n."""
+def review_body(n: int, namespaces: int, dra: bool = False) -> bytes:
+    """A distinct PyTorchJob review: name, namespace, worker count, GPUs per worker and labels vary with n; with
+    `dra` every other job's workers claim their GPUs through the namespace's ResourceClaimTemplate gpus-<n>."""
     workers = 1 + (n * 7) % 31
     gpus = (1, 2, 4, 8)[n % 4]
     ns = world_mod.JOB_NS if n % 3 == 0 else f"team-{1 + n % max(namespaces - 1, 1):03d}"
+    via_template = dra and n % 2 == 1
 
     def template(role: str, count: int) -> dict[str, Any]:
         container: dict[str, Any] = {
@@ -88,6 +97,9 @@ def review_body(n: int, namespaces: int) -> bytes:
             "env": [{"name": "RUN", "value": str(n)}],
         }
         spec: dict[str, Any] = {"containers": [container]}
+        if count and via_template:
+            container["resources"] = {"claims": [{"name": "gpus"}]}
+            spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"gpus-{count}"}]
         if count:
             spec["tolerations"] = [{"key": world_mod.GPU, "operator": "Exists", "effect": "NoSchedule"}]
         return {"metadata": {"labels": {"app": f"sweep-{n % 17}", "role": role}}, "spec": spec}
@@ -174,6 +186,9 @@ def verdict(value: float, target: float, unit: str, *, higher_is_better: bool = 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the full 5,000-node, 150,000-pod cluster")
+    parser.add_argument("--dra", action="store_true",
+                        help="GPUs from DRA: 5,000 GPU nodes x 8 devices as ResourceSlices, 20,000 allocated claims")
+    parser.add_argument("--no-file", action="store_true", help="skip phase 4 (serve --cluster FILE)")
     parser.add_argument("--rate", type=float, default=500.0, help="pod events per second during churn")
     parser.add_argument("--seconds", type=float, default=0.0, help="length of each churn phase (default 8, full 20)")
     parser.add_argument("--reviews-per-second", type=float, default=10.0)
@@ -181,7 +196,8 @@ def main() -> int:
                         help="record the start (to ./scale-ready.txt) and the churn-only phase (./scale-churn.txt) "
                              "with this py-spy")
     opts = parser.parse_args()
-    world = world_mod.World() if opts.full else world_mod.World().scaled(0.1)
+    full = world_mod.World.with_dra() if opts.dra else world_mod.World()
+    world = full if opts.full else full.scaled(0.1)
     phase = opts.seconds or (20.0 if opts.full else 8.0)
 
     with tempfile.TemporaryDirectory(prefix="topoguard-scale-") as tmp_name:
@@ -198,7 +214,13 @@ def main() -> int:
         print(f"cluster: {world.nodes:,} nodes, {world.pods:,} pods, {world.policies:,} CNPs, "
               f"{world.namespaces} namespaces, {world.jobs:,} PyTorchJobs x {world.pods_per_job} pods; "
               f"served from 127.0.0.1:{api_port} (built in {time.perf_counter() - built:.1f} s); "
-              f"{os.cpu_count()} cores; topoguard on CPU 0, the API server on CPU 1")
+              f"{os.cpu_count()} cores; topoguard on CPU 0, the API server on CPU 1; load {load()}")
+        if world.dra:
+            slices = sum(1 for i in range(world.nodes) if world_mod.is_gpu_node(i))
+            print(f"DRA: {slices:,} ResourceSlices x {world_mod.GPUS_PER_NODE} GPUs = "
+                  f"{slices * world_mod.GPUS_PER_NODE:,} devices, {len(world_mod.dra_plan(world)):,} allocated "
+                  f"ResourceClaims, {world.namespaces * len(world_mod.CLAIM_TEMPLATES)} ResourceClaimTemplates; "
+                  f"no {world_mod.GPU} in those nodes' allocatable")
         cmd_here.send(("put", "Node", probe_node(), ""))
         cmd_here.recv()
 
@@ -266,13 +288,14 @@ def main() -> int:
 
             # 3. reviews without churn (the baseline), then churn + reviews + staleness probes
             reviewer = Reviewer(port, ctx)
-            reviewer.post(review_body(0, world.namespaces))  # connection set up, not timed
+            reviewer.post(review_body(0, world.namespaces, world.dra))  # connection set up, not timed
             inside0 = metric_histogram(port, ctx, REVIEW_HISTOGRAM)
             quiet, outcomes, n = reviews(reviewer, world, 1, phase / 2, opts.reviews_per_second)
             inside1 = metric_histogram(port, ctx, REVIEW_HISTOGRAM)
             print(f"reviews without churn: {len(quiet)} distinct jobs ({outcomes}); "
                   f"p50 {statistics.median(quiet):.1f} ms, p99 {percentile(quiet, 0.99):.1f} ms; "
                   f"mean {statistics.fmean(quiet):.1f} ms; {inside(inside0, inside1)}")
+            cpu1, wall1 = cpu_seconds(proc.pid), time.perf_counter()
             cmd_here.send(("churn", opts.rate, phase))
             latencies, outcomes, n = reviews(reviewer, world, n, phase - 0.5, opts.reviews_per_second)
             inside2 = metric_histogram(port, ctx, REVIEW_HISTOGRAM)
@@ -280,7 +303,8 @@ def main() -> int:
             p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
             print(f"reviews during churn: {len(latencies)} distinct jobs ({outcomes}); p50 {p50:.1f} ms, "
                   f"p99 {p99:.1f} ms: {verdict(p99, TARGETS['review_p99_ms'], 'ms')}; "
-                  f"mean {statistics.fmean(latencies):.1f} ms; {inside(inside1, inside2)}")
+                  f"mean {statistics.fmean(latencies):.1f} ms; {inside(inside1, inside2)}; "
+                  f"{cpu_seconds(proc.pid) - cpu1:.1f} s of topoguard's CPU in {time.perf_counter() - wall1:.1f} s")
 
             cmd_here.send(("churn", opts.rate, 8.0))
             stale: list[float] = []
@@ -312,8 +336,15 @@ def main() -> int:
             server.join(timeout=10)
             if server.is_alive():
                 server.kill()
-        file_phase(world, tmp, argv, config, ctx)
+        if not opts.no_file:
+            file_phase(world, tmp, argv, config, ctx)
+    print(f"load at the end: {load()}")
     return 0
+
+
+def load() -> str:
+    """The 1/5/15-minute load averages (the machine is shared: wall times depend on them)."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -374,7 +405,7 @@ def reviews(reviewer: Reviewer, world: world_mod.World, first: int, seconds: flo
     outcomes: dict[str, int] = {}
     n, started, gap = first, time.perf_counter(), 1.0 / per_second
     while time.perf_counter() - started < seconds:
-        took_s, response = reviewer.post(review_body(n, world.namespaces))
+        took_s, response = reviewer.post(review_body(n, world.namespaces, world.dra))
         latencies.append(took_s * 1000)
         state = "patched" if response.get("patch") else ("allowed" if response.get("allowed") else "denied")
         outcomes[state] = outcomes.get(state, 0) + 1

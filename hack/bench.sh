@@ -45,3 +45,7 @@ run "what-if: one policy change judged against the running jobs" bench/bench_wha
 scale_size=()
 [[ "${TOPOGUARD_BENCH_SCALE:-}" == full ]] && scale_size=(--full)
 run "scale: the watch cache of a large cluster under pod churn" bench/bench_scale.py "${scale_size[@]}"
+# The same cluster with its GPUs from DRA: 5,000 of 7,500 nodes publishing 8 GPUs each as ResourceSlices, 20,000
+# allocated claims, claims recreated with their pods (a tenth by default; the file phase is the one above's).
+run "scale, GPUs from DRA: ResourceSlices and allocated claims under pod and claim churn" bench/bench_scale.py \
+  --dra --no-file "${scale_size[@]}"

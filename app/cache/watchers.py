@@ -48,6 +48,8 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 NOT_NETWORK_KINDS = frozenset({"Node", "Pod", *RUNTIME_KINDS, *resources.JOB_KINDS, *resources.DRA_KINDS})
 # Kinds whose absence is no missing input: no Trainer runtimes, no ClusterNetworkPolicy CRD (nothing to enforce),
 # no DRA API or ComputeDomain CRD (no device is published through them; reported in the status as absent).
+# Kinds held in the snapshot in no order (read through aggregates or counted as a whole): not sorted on a publish.
+UNORDERED_KINDS = frozenset({"Pod", "ResourceClaim"})
 UNNEEDED_WHEN_ABSENT = (*RUNTIME_KINDS, "ClusterNetworkPolicy", *resources.DRA_KINDS)
 
 
@@ -261,10 +263,12 @@ class WatchStore:
             for r in self._reflectors:
                 built = self._built.get(r.resource.kind)
                 if built is None or built[0] is not r.cache or built[1] != r.cache.generation:
-                    # NB: pods are read through their aggregates (models/pods.py), in no order: their values
-                    # are copied as they are (C speed; tens of thousands of them on every publish under churn).
+                    # NB: pods are read through their aggregates (models/pods.py), and claims are counted by what
+                    # they hold (engine/devices.py), in no order: their values are copied as they are (C speed;
+                    # tens of thousands of them on every publish under churn).
                     items: list[tuple[str, Any]] | tuple[Any, ...] = (
-                        tuple(r.cache.items.values()) if r.resource.kind == "Pod" else list(r.cache.items.items())
+                        tuple(r.cache.items.values()) if r.resource.kind in UNORDERED_KINDS
+                        else list(r.cache.items.items())
                     )
                     copied[r.resource.kind] = (r.cache, r.cache.generation, items)
             # A job kind whose CRD is absent has no jobs: reported in the status, not as missing input.

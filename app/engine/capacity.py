@@ -34,6 +34,8 @@ from app.models.labels import HOSTNAME_LABEL
 from app.models.pods import PodIndex, pod_index
 
 EMPTY_COUNTS: Mapping[str, int] = freeze({})
+_NO_SELECTION: Mapping[str, str] = freeze({})
+_NO_OFFERS: Mapping[str, tuple[int, int]] = freeze({})
 
 # A label key counts as per-node when it takes more distinct values than this floor and than half of
 # the nodes carrying it (hostname, instance ids). Its value never becomes part of a class.
@@ -168,8 +170,11 @@ def _per_node_keys(nodes: Sequence[NodeInfo]) -> frozenset[str]:
 
 ClassKey = tuple[str, tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[str, ...]]
 # A node class in the making: its key and its nodes, each with the GPUs it offers (allocatable > 0, or DRA devices
-# usable) and, for those DRA serves, how many are free (the device counter's: bound pods are not subtracted again).
-Member = tuple[NodeInfo, Mapping[str, int], Mapping[str, int]]
+# usable) and, for those DRA serves, the selection key whose free devices count (the device counter's: bound pods
+# are not subtracted again).
+Member = tuple[NodeInfo, Mapping[str, int], Mapping[str, str]]
+# A node's DRA offers as the device counter counted them (`DeviceInventory.offers`), None where DRA serves none.
+Offers = Mapping[str, tuple[int, int]] | None
 Group = tuple[ClassKey, tuple[Member, ...]]
 
 # The zone index is rebuilt only where its inputs changed, found by their identity from one snapshot to
@@ -177,13 +182,14 @@ Group = tuple[ClassKey, tuple[Member, ...]]
 # - which nodes form which class depends on the nodes alone: regrouped only when a node changes;
 # - a class whose nodes' held GPUs did not change is the previous snapshot's; one where some did is the
 #   previous one with those nodes' slots replaced (`Pool.replaced`), at the cost of the changed nodes.
-# Under pod churn a publish thus costs the changed nodes (`_held_by_group`) and an identity test per class.
+# - DRA: the classes depend on the devices published (`DeviceInventory.published`), not on what is allocated; a
+#   node's free devices are read like its held GPUs (the counter keeps an unchanged node's offers the same object).
+# Under pod and claim churn a publish thus costs the changed nodes (`_held_by_group`) and an identity test per class.
 _TARGETS: IdentityMemo[tuple[tuple[NodeInfo, ...], frozenset[str]]] = IdentityMemo(16)
 _GROUPS: IdentityMemo[tuple[Group, ...]] = IdentityMemo(16)
 # Per group: [(its nodes' held GPUs, their slots in the group's order, the class)] as last built.
-_CLASS_STATE: IdentityMemo[list[tuple[tuple[Mapping[str, int] | None, ...], tuple[NodeSlot, ...], NodeClass]]] = (
-    IdentityMemo(256)
-)
+_CLASS_STATE: IdentityMemo[list[tuple[tuple[Mapping[str, int] | None, ...], tuple[Offers, ...], tuple[NodeSlot, ...],
+                                       NodeClass]]] = IdentityMemo(256)
 
 
 def _targets(nodes: tuple[NodeInfo, ...], zone_label: str) -> tuple[tuple[NodeInfo, ...], frozenset[str]]:
@@ -207,16 +213,17 @@ def _group(
     served = {r: dra_key(inventory, r) for r in gpu_resources} if inventory is not None else {}
     for node in targets:
         offered = {r: node.allocatable.get(r, 0) for r in gpu_resources if node.allocatable.get(r, 0) > 0}
-        dra_free: dict[str, int] = {}
+        selected: dict[str, str] = {}
         if inventory is not None:
             devices_here = inventory.offers(node.name)
             if devices_here:
                 for r, selection in served.items():
                     if selection and r not in offered and selection in devices_here:
-                        offered[r], dra_free[r] = devices_here[selection]
+                        offered[r] = devices_here[selection][0]
+                        selected[r] = selection
         shared = tuple(sorted((k, v) for k, v in node.labels.items() if k not in per_node))
         key = (node.labels[zone_label], shared, node.taints, tuple(sorted(offered)))
-        grouped[key].append((node, freeze(offered), freeze(dra_free) if dra_free else EMPTY_COUNTS))
+        grouped[key].append((node, freeze(offered), freeze(selected) if selected else _NO_SELECTION))
     return tuple((key, tuple(members)) for key, members in grouped.items())
 
 
@@ -225,28 +232,30 @@ def node_capacity(node: NodeInfo) -> Mapping[str, int]:
     return freeze({**node.resources, **node.allocatable}) if node.resources else node.allocatable
 
 
-def _slot(member: Member, used: Mapping[str, int] | None, capacity: Mapping[str, int]) -> NodeSlot:
-    node, offered, dra_free = member
+def _slot(member: Member, used: Mapping[str, int] | None, offers: Offers, capacity: Mapping[str, int]) -> NodeSlot:
+    node, offered, selected = member
     free: Mapping[str, int] = offered
-    if used or dra_free:
-        free = freeze({r: dra_free[r] if r in dra_free else max(n - (used or {}).get(r, 0), 0)
-                       for r, n in offered.items()})
+    if used or selected:
+        free = freeze({r: (offers or _NO_OFFERS).get(selected[r], (0, 0))[1] if r in selected
+                       else max(n - (used or {}).get(r, 0), 0) for r, n in offered.items()})
     return NodeSlot(node.name, node.labels, free, offered, capacity)
 
 
-def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None, ...]) -> NodeClass:
-    """The group's class with these held GPUs: the previous one if they are the same, else patched or built."""
+def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None, ...],
+                offers: tuple[Offers, ...]) -> NodeClass:
+    """The group's class with these held GPUs and DRA offers: the previous one if they are the same, else patched
+    or built."""
     state = _CLASS_STATE.get((group,), lambda: [])
     last = state[0] if state else None  # NB: read once; another thread may replace it meanwhile
     (zone, shared, taints, offered_keys), members = group
     if last is not None:
-        last_used, last_slots, last_class = last
-        if all(map(operator.is_, last_used, used)):
+        last_used, last_offers, last_slots, last_class = last
+        if all(map(operator.is_, last_used, used)) and all(map(operator.is_, last_offers, offers)):
             return last_class
         slots = list(last_slots)
         changes = []
-        for i in [i for i, (a, b) in enumerate(zip(last_used, used, strict=True)) if a is not b]:
-            slots[i] = _slot(members[i], used[i], last_slots[i].capacity)
+        for i in [i for i in range(len(members)) if last_used[i] is not used[i] or last_offers[i] is not offers[i]]:
+            slots[i] = _slot(members[i], used[i], offers[i], last_slots[i].capacity)
             changes.append((last_slots[i], slots[i]))
         pool = last_class.pool.replaced(changes)
         totals = dict(last_class.free)
@@ -255,7 +264,8 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
                 totals[r] += n - old.free[r]
         made = dataclasses.replace(last_class, nodes=pool.nodes, free=freeze(totals), pool=pool)
     else:
-        slots = [_slot(member, held, node_capacity(member[0])) for member, held in zip(members, used, strict=True)]
+        slots = [_slot(member, held, offer, node_capacity(member[0]))
+                 for member, held, offer in zip(members, used, offers, strict=True)]
         pool = Pool.of(slots, owner=f"{zone}#{number}")
         free: dict[str, int] = dict.fromkeys(offered_keys, 0)
         allocatable: dict[str, int] = dict.fromkeys(offered_keys, 0)
@@ -267,7 +277,7 @@ def _node_class(group: Group, number: int, used: tuple[Mapping[str, int] | None,
         capacities = {tuple(sorted(s.capacity.items())): s.capacity for s in pool.nodes}
         made = NodeClass(zone, freeze(dict(shared)), taints, frozenset(offered_keys), pool.nodes, freeze(free), pool,
                          freeze(allocatable), tuple(capacities.values()))
-    state[:] = [(used, tuple(slots), made)]
+    state[:] = [(used, offers, tuple(slots), made)]
     return made
 
 
@@ -302,18 +312,31 @@ def _held_by_group(groups: tuple[Group, ...], index: PodIndex) -> tuple[tuple[Ma
     return made
 
 
+# Per group: its nodes' names where DRA serves a GPU resource, else None (what `DeviceInventory.offers` is read for).
+_DRA_SERVED: IdentityMemo[tuple[str | None, ...]] = IdentityMemo(256)
+
+
+def _dra_served(group: Group) -> tuple[str | None, ...]:
+    return tuple(node.name if selected else None for node, _, selected in group[1])
+
+
 def build_zone_index(snapshot: Snapshot, *, zone_label: str, gpu_resources: Sequence[str],
                      inventory: DeviceInventory | None = None) -> ZoneIndex:
     """Group the snapshot's placement targets into per-zone node classes (see the module docstring);
     `gpu_resources` are resolved names (`gpus.gpu_kinds`), `inventory` the DRA devices (`gpus.inventory_of`)."""
     zone_label, resources = canonical(zone_label), canonical(tuple(gpu_resources))
     targets, per_node = _targets(snapshot.nodes, zone_label)
-    groups = _GROUPS.get((targets, per_node, resources, zone_label, inventory),
+    groups = _GROUPS.get((targets, per_node, resources, zone_label, inventory and inventory.published),
                          lambda: _group(targets, per_node, resources, zone_label, inventory))
     _CLASS_STATE.fit(len(groups))
+    _DRA_SERVED.fit(len(groups))
     by_zone: dict[str, list[NodeClass]] = defaultdict(list)
     for number, (group, used) in enumerate(zip(groups, _held_by_group(groups, pod_index(snapshot)), strict=True)):
-        by_zone[group[0][0]].append(_node_class(group, number, used))
+        names = _DRA_SERVED.get((group,), functools.partial(_dra_served, group))
+        offers: tuple[Offers, ...] = (None,) * len(names)
+        if inventory is not None and any(names):
+            offers = tuple(None if name is None else inventory.offers(name) for name in names)
+        by_zone[group[0][0]].append(_node_class(group, number, used, offers))
     classes = {z: tuple(sorted(cs, key=lambda c: c.nodes[0].name)) for z, cs in by_zone.items()}
     return ZoneIndex(zones=tuple(sorted(classes)), classes=freeze(classes), per_node_keys=per_node)
 

@@ -22,7 +22,9 @@ A device reachable from several nodes (allNodes, a nodeSelector) is offered to e
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -42,6 +44,7 @@ from app.models.dra import (
     DeviceRequest,
     PodClaimRef,
     ResourceClaimInfo,
+    ResourceClaimTemplateInfo,
     ResourceSliceInfo,
 )
 
@@ -64,6 +67,25 @@ def selection_key(device_class: str, selectors: Sequence[str] = ()) -> str:
     return f"{base}#{hashlib.sha256(chr(0).join(selectors).encode()).hexdigest()[:12]}"
 
 
+# A node's view of one pool: (driver, pool, the slices it sees).
+PoolView = tuple[str, str, list["Seen"]]
+
+
+@dataclass(frozen=True, eq=False)
+class Published:
+    """What the devices published decide, whatever is allocated: the selections and their unknowns, each node's
+    views of its pools, and the pools each node sees. Kept while the slices, classes, nodes and selections are
+    the same (`_published`), so that a claim allocated or released recounts only the nodes of its pool."""
+
+    keys: tuple[tuple[str, tuple[str, ...]], ...]  # (selection key, its selectors' expressions), in match order
+    matches: Callable[[ResourceSliceInfo], tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, str], ...]]]
+    views: Mapping[str, tuple[PoolView, ...]]  # node -> the complete pools it sees
+    pool_nodes: Mapping[tuple[str, str], tuple[str, ...]]  # (driver, pool) -> the nodes that see it
+    unknown: Mapping[str, str]
+    problems: tuple[str, ...]  # what could not be read from the slices
+    offered: frozenset[str]  # the selection keys some node has a usable device of
+
+
 @dataclass(frozen=True)
 class DeviceInventory:
     """The devices of a snapshot, counted per node and selection key (see the module docstring)."""
@@ -77,6 +99,8 @@ class DeviceInventory:
     # What could not be read from the slices (a slice without a pool: its devices are not counted), named.
     problems: tuple[str, ...] = ()
     _offers: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=lambda: _EMPTY, repr=False)
+    # The same object for inventories that differ only in what is allocated (the zone index groups nodes by it).
+    published: Published | None = field(default=None, repr=False, compare=False)
 
     def key(self, device_class: str, selectors: tuple[str, ...] = ()) -> str:
         return selection_key(device_class, selectors)
@@ -92,6 +116,8 @@ class DeviceInventory:
         return frozenset(self.key_classes)
 
     def offered_anywhere(self, key: str) -> bool:
+        if self.published is not None:
+            return key in self.published.offered
         return any(offer.get(key, (0, 0))[0] > 0 for offer in self._offers.values())
 
     def nodes(self) -> frozenset[str]:
@@ -104,6 +130,11 @@ class DeviceInventory:
 _INVENTORIES: IdentityMemo[DeviceInventory] = IdentityMemo(16)
 _SLICE_MATCHES: IdentityMemo[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, str], ...]]] = IdentityMemo(4096)
 _ALLOCATED: IdentityMemo[frozenset[DeviceId]] = IdentityMemo(8)
+# Per (slices, classes, nodes, settings): [(selections, what they publish)] as last built.
+_PUBLISHED: IdentityMemo[list[tuple[dict[str, tuple[str, tuple[str, ...]]], Published]]] = IdentityMemo(8)
+# Per Published: [(allocated devices, the offers counted with them)] as last built; the next allocation recounts
+# only the nodes that see a pool whose allocated devices changed.
+_OFFERS: IdentityMemo[list[tuple[frozenset[DeviceId], dict[str, Mapping[str, tuple[int, int]]]]]] = IdentityMemo(8)
 
 
 def device_inventory(
@@ -149,25 +180,90 @@ def _requests_of(requests: Iterable[DeviceRequest]) -> Iterable[DeviceRequest]:
 def _selections(snapshot: Snapshot, gpu: frozenset[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
     """selection key -> (class, request selectors): every GPU class, and what claims and templates ask of one."""
     out: dict[str, tuple[str, tuple[str, ...]]] = {selection_key(name): (name, ()) for name in sorted(gpu)}
-    owners: list[Iterable[DeviceRequest]] = [c.requests for c in snapshot.resource_claims]
-    owners += [t.requests for t in snapshot.claim_templates.values()]
-    for requests in owners:
-        for request in _requests_of(requests):
-            if request.device_class in gpu and request.selectors:
-                out.setdefault(selection_key(request.device_class, request.selectors),
-                               (request.device_class, request.selectors))
+    # NB: tens of thousands of claims on every publish under claim churn, nearly all without selectors or
+    # firstAvailable: those cost one test each.
+    owners: Iterable[ResourceClaimInfo | ResourceClaimTemplateInfo] = (
+        *snapshot.resource_claims, *snapshot.claim_templates.values())
+    for owner in owners:
+        for request in owner.requests:
+            if request.selectors or request.first_available:
+                for one in _requests_of((request,)):
+                    if one.device_class in gpu and one.selectors:
+                        key = selection_key(one.device_class, one.selectors)
+                        out.setdefault(key, (one.device_class, one.selectors))
     return out
 
 
+class _Holders:
+    """The allocated devices of a tuple of claims, with how many claims hold each, kept from one tuple to the next:
+    the claims that came or went (found by identity, as the watch cache reuses unchanged ones) are added or taken
+    away, not every claim read again."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.claims: dict[int, ResourceClaimInfo] = {}
+        self.held: dict[DeviceId, int] = {}
+
+    def of(self, claims: tuple[ResourceClaimInfo, ...]) -> frozenset[DeviceId]:
+        with self.lock:
+            now = dict(zip(map(id, claims), claims, strict=True))
+            gone = self.claims.keys() - now.keys()
+            came = now.keys() - self.claims.keys()
+            if len(gone) + len(came) > len(now):  # mostly others: counted afresh
+                self.held, gone, came = {}, set(), set(now)
+            for claim_id, sign in ((c, -1) for c in gone):
+                self._count(self.claims[claim_id], sign)
+            for claim_id in came:
+                self._count(now[claim_id], 1)
+            self.claims = now
+            return frozenset(self.held)
+
+    def _count(self, claim: ResourceClaimInfo, sign: int) -> None:
+        for r in claim.allocated:
+            if not r.admin_access:
+                device = (r.driver, r.pool, r.device)
+                left = self.held.get(device, 0) + sign
+                if left:
+                    self.held[device] = left
+                else:
+                    del self.held[device]
+
+
+_HOLDERS = _Holders()
+
+
 def _allocated(claims: tuple[ResourceClaimInfo, ...]) -> frozenset[DeviceId]:
-    return _ALLOCATED.get((claims,), lambda: frozenset(
-        (r.driver, r.pool, r.device) for claim in claims for r in claim.allocated if not r.admin_access))
+    return _ALLOCATED.get((claims,), lambda: _HOLDERS.of(claims))
 
 
 def _build(snapshot: Snapshot, patterns: tuple[str, ...], resources: tuple[str, ...]) -> DeviceInventory:
     gpu = _gpu_classes(snapshot, patterns, resources)
     selections = _selections(snapshot, gpu)
+    box = _PUBLISHED.get((snapshot.resource_slices, snapshot.device_classes, snapshot.nodes, patterns, resources),
+                         list)
+    last = box[0] if box else None  # NB: read once; another thread may replace it meanwhile
+    if last is not None and last[0] == selections:
+        published = last[1]
+    else:
+        published = _publish(snapshot, selections)
+        box[:] = [(selections, published)]
+    _SLICE_MATCHES.fit(len(snapshot.resource_slices))
+    return DeviceInventory(
+        gpu_classes=gpu,
+        mapped=MappingProxyType(_mapped(snapshot)),
+        unknown=published.unknown,
+        key_classes=MappingProxyType({k: c for k, (c, _) in selections.items()}),
+        key_selectors=MappingProxyType({k: s for k, (_, s) in selections.items()}),
+        problems=published.problems,
+        _offers=MappingProxyType(_offers(published, _allocated(snapshot.resource_claims))),
+        published=published,
+    )
+
+
+def _publish(snapshot: Snapshot, selections: Mapping[str, tuple[str, tuple[str, ...]]]) -> Published:
+    """The selections compiled, and every node's views of the complete pools it sees."""
     unknown: dict[str, str] = {}
+    problems: list[str] = []
     spec: list[tuple[str, tuple[cel.Selector, ...]]] = []
     for key, (name, request_selectors) in selections.items():
         info = snapshot.device_classes[name]
@@ -181,31 +277,52 @@ def _build(snapshot: Snapshot, patterns: tuple[str, ...], resources: tuple[str, 
         spec.append((key, selectors))
     keys = canonical(tuple((k, tuple(s.expression for s in sels)) for k, sels in spec))
     compiled = tuple(sels for _, sels in spec)
-    allocated = _allocated(snapshot.resource_claims)
-    problems: list[str] = []
-    offers: dict[str, dict[str, list[int]]] = {}
     nodes_by_name = {n.name: n for n in snapshot.nodes}
 
     def matches(slice_: ResourceSliceInfo) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, str], ...]]:
         return _SLICE_MATCHES.get((slice_, keys), lambda: _match_slice(slice_, compiled))
 
+    views: dict[str, list[PoolView]] = {}
+    pool_nodes: dict[tuple[str, str], list[str]] = {}
     for (driver, pool), current in _pools(snapshot.resource_slices, problems).items():
         expected = max(s.slice_count for s in current)
         for node_name, view in _node_views(current, snapshot.nodes, nodes_by_name):
             if len(view) != expected and len(current) != expected:
                 continue  # incomplete: the allocator allocates nothing from it (structured GatherPools)
-            _count_view(driver, pool, node_name, view, matches, keys, allocated, offers, unknown)
-    _SLICE_MATCHES.fit(len(snapshot.resource_slices))
-    return DeviceInventory(
-        gpu_classes=gpu,
-        mapped=MappingProxyType(_mapped(snapshot)),
-        unknown=MappingProxyType(unknown),
-        key_classes=MappingProxyType({k: c for k, (c, _) in selections.items()}),
-        key_selectors=MappingProxyType({k: s for k, (_, s) in selections.items()}),
-        problems=tuple(problems),
-        _offers=MappingProxyType({n: MappingProxyType({k: (u, f) for k, (u, f) in by_key.items() if u})
-                                  for n, by_key in offers.items()}),
-    )
+            views.setdefault(node_name, []).append((driver, pool, view))
+            pool_nodes.setdefault((driver, pool), []).append(node_name)
+            for s, _ in view:
+                for index, fault in matches(s)[1] if s.devices else ():
+                    unknown.setdefault(keys[index][0], fault)
+    published = Published(keys, matches, MappingProxyType({n: tuple(v) for n, v in views.items()}),
+                          MappingProxyType({p: tuple(n) for p, n in pool_nodes.items()}),
+                          MappingProxyType(unknown), tuple(problems), frozenset())
+    offered = frozenset(k for by_key in _offers(published, frozenset()).values() for k in by_key)
+    return dataclasses.replace(published, offered=offered)
+
+
+def _offers(published: Published, allocated: frozenset[DeviceId]) -> dict[str, Mapping[str, tuple[int, int]]]:
+    """node -> selection key -> (usable, free), for the keys with a usable device. After a count with other
+    allocated devices on the same Published, only the nodes that see a pool whose allocations changed are counted
+    again."""
+    box = _OFFERS.get((published,), list)
+    last = box[0] if box else None  # NB: read once; another thread may replace it meanwhile
+    if last is not None and last[0] is allocated:
+        return last[1]
+    if last is None:
+        recount: Iterable[str] = published.views
+        offers: dict[str, Mapping[str, tuple[int, int]]] = {}
+    else:
+        pools = {(driver, pool) for driver, pool, _ in last[0] ^ allocated}
+        recount = {n for p in pools for n in published.pool_nodes.get(p, ())}
+        offers = dict(last[1])
+    for node_name in recount:
+        counted: dict[str, dict[str, list[int]]] = {}
+        for driver, pool, view in published.views.get(node_name, ()):
+            _count_view(driver, pool, node_name, view, published.matches, published.keys, allocated, counted)
+        offers[node_name] = MappingProxyType({k: (u, f) for k, (u, f) in counted.get(node_name, {}).items() if u})
+    box[:] = [(allocated, offers)]
+    return offers
 
 
 def _pools(slices: Iterable[ResourceSliceInfo], problems: list[str]) -> dict[tuple[str, str], list[ResourceSliceInfo]]:
@@ -332,7 +449,6 @@ def _count_view(
     keys: tuple[tuple[str, tuple[str, ...]], ...],
     allocated: frozenset[DeviceId],
     offers: dict[str, dict[str, list[int]]],
-    unknown: dict[str, str],
 ) -> None:
     """Add one node's view of one pool to `offers[node][key] = [usable, free]`."""
     left = _counters_left(driver, pool, [s for s, _ in view], allocated)
@@ -340,9 +456,7 @@ def _count_view(
     for s, seen in view:
         if not s.devices:
             continue
-        positions, faults = matches(s)
-        for index, fault in faults:
-            unknown.setdefault(keys[index][0], fault)
+        positions, _ = matches(s)
         for index, chosen in enumerate(positions):
             if not chosen:
                 continue
@@ -474,7 +588,8 @@ def claim_demand(
     shared: list[SharedClaim] = []
     problems: list[str] = []
     domain, domain_uid = "", ""
-    by_name = {(c.namespace, c.name): c for c in snapshot.resource_claims} if any(c.claim for c in claims) else {}
+    by_name = snapshot.memo("devices.claims-by-name", lambda s: {(c.namespace, c.name): c for c in s.resource_claims}
+                            ) if any(c.claim for c in claims) else {}
     for ref in claims:
         if ref.template:
             template = snapshot.claim_templates.get((namespace, ref.template))

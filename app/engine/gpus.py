@@ -21,7 +21,7 @@ from app.models.resources import DEFAULT_GPU_RESOURCES, exact_names, gpu_matcher
 
 DEFAULT_GPU_DEVICE_CLASSES = devices.GPU_DEVICE_CLASS_DEFAULTS
 
-# By the identity of the snapshot's nodes and device inventory (the watch cache keeps them while unchanged).
+# By the identity of the snapshot's nodes and published devices (the watch cache keeps them while unchanged).
 _KINDS: IdentityMemo[tuple[str, ...]] = IdentityMemo(16)
 
 
@@ -51,7 +51,8 @@ def gpu_kinds(snapshot: Snapshot, gpu_resources: Sequence[str] = DEFAULT_GPU_RES
             found.update(r for r, c in inventory.mapped.items() if c in inventory.gpu_classes)
         return canonical(tuple(sorted(found)))
 
-    return _KINDS.get((snapshot.nodes, inventory, entries), build)
+    # NB: what is allocated changes no name: keyed by the devices published, so claim churn reuses the names.
+    return _KINDS.get((snapshot.nodes, inventory and inventory.published, entries), build)
 
 
 def dra_key(inventory: devices.DeviceInventory, resource: str) -> str:

@@ -15,10 +15,12 @@ from app.cache.files import load_snapshot
 from app.engine import devices
 from app.models.cluster import Snapshot
 from app.models.dra import (
+    AllocatedDevice,
     Device,
     DeviceClassInfo,
     DeviceRequest,
     PodClaimRef,
+    ResourceClaimInfo,
     ResourceClaimTemplateInfo,
     ResourceSliceInfo,
 )
@@ -210,3 +212,25 @@ def test_an_incomplete_pool_offers_nothing(snapshot: Snapshot, count: int, want:
     slices = tuple(dataclasses.replace(s, slice_count=count) if s.pool == "gpu-b-1" else s
                    for s in snapshot.resource_slices)
     assert dict(inventory_of(changed(snapshot, resource_slices=slices)).offers("gpu-b-1")) == want
+
+
+def test_claims_coming_and_going_are_counted_from_the_last_count() -> None:
+    """Under claim churn the allocated devices are kept from one claims tuple to the next (devices._Holders): a
+    device two claims hold stays taken until both are gone; a claim gone frees what it held."""
+    slice_ = ResourceSliceInfo(name="s", driver="gpu.example.com", pool="n1", generation=1, slice_count=1,
+                               node_name="n1", devices=tuple(Device(name=f"d{i}", attributes=MappingProxyType(
+                                   {"type": "gpu"})) for i in range(4)))
+    gpu_class = DeviceClassInfo("gpu.example.com", ("device.driver == 'gpu.example.com'",))
+
+    def held(name: str, device: str) -> ResourceClaimInfo:
+        return ResourceClaimInfo(namespace="ns", name=name, allocated=(
+            AllocatedDevice("r", "gpu.example.com", "n1", device),))
+
+    a, b, c, d = held("a", "d0"), held("b", "d1"), held("c", "d0"), held("d", "d2")
+    base = Snapshot(resource_slices=(slice_,), device_classes=MappingProxyType({gpu_class.name: gpu_class}))
+    key = devices.selection_key("gpu.example.com")
+    for claims, free in [((a, b, d), 1), ((a, b, c, d), 1), ((b, c, d), 1), ((b, d), 2), ((b,), 3), ((b, d), 2),
+                         ((a, b, c, d), 1), ((), 4), ((a, c), 3)]:
+        inventory = devices.device_inventory(changed(base, resource_claims=claims),
+                                             gpu_device_classes=("*gpu*",), gpu_resources=())
+        assert inventory.offers("n1")[key] == (4, free), [x.name for x in claims]

@@ -4,6 +4,8 @@ without adminAccess (and the scheduler's extended-resource claims), mapped exten
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from types import MappingProxyType
 from typing import Any
 
@@ -141,6 +143,28 @@ def test_offers_match_the_reference(snapshot: Snapshot) -> None:
     assert dict(inventory.unknown) == {}
     assert inventory.gpu_classes == {"gpu.example.com", "part.gpu.example.com"}
     assert dict(inventory.mapped) == reference_mapped(snapshot.device_classes)
+
+
+@settings(max_examples=150, deadline=None)
+@given(world(), st.lists(st.integers(0, 11), min_size=1, max_size=8), st.data())
+def test_offers_after_claims_change_match_the_reference(snapshot: Snapshot, toggles: list[int],
+                                                        data: st.DataObject) -> None:
+    """Successive snapshots with the same slices, classes and nodes, one claim added or deleted at a time (as the
+    watch cache publishes them under claim churn, unchanged claims the same objects): each count, made from the
+    last one's, is the reference's from scratch."""
+    pool = [*snapshot.resource_claims, *(data.draw(claim(10 + i)) for i in range(12))]
+    held = dict(enumerate(snapshot.resource_claims))
+    for step in [-1, *toggles]:
+        if step >= 0 and held.pop(step, None) is None and step < len(pool):
+            held[step] = pool[step]
+        claims = tuple(held[i] for i in sorted(held))
+        current = dataclasses.replace(snapshot, resource_claims=claims, _memo={}, _memo_lock=threading.Lock(),
+                                      _memo_building={})
+        inventory = devices.device_inventory(current, gpu_device_classes=("*gpu*",), gpu_resources=())
+
+        want = reference_offers(current.nodes, current.resource_slices, claims, SELECTIONS)
+        got = {node: dict(inventory.offers(node)) for node in inventory.nodes()}
+        assert {n: o for n, o in got.items() if o} == want
 
 
 @settings(max_examples=100, deadline=None)
