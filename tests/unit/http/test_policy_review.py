@@ -81,8 +81,6 @@ def test_warn_admits_a_breaking_change_with_warnings_naming_job_and_flow() -> No
         "training job; admitted (policyChanges.enforcement=warn)")
     assert response["warnings"][1:] == [
         "PyTorchJob ml-demo/ml-training: Worker → Master TCP/23456 (rendezvous): allow → deny by "
-        "CiliumNetworkPolicy ml-demo/lock-coordinator ingressDeny[0]",
-        "PyTorchJob ml-demo/ml-training: Worker → Master TCP/1-65535 (collective): allow → deny by "
         "CiliumNetworkPolicy ml-demo/lock-coordinator ingressDeny[0]"]
     assert [j.ref for j in got.events] == ["PyTorchJob ml-demo/ml-training"]
 
