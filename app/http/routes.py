@@ -281,6 +281,16 @@ async def _answer(state: AppState, operation: Operation, body: bytes, started: f
     return request, decided
 
 
+async def _review_body(state: AppState, scope: Scope, receive: Receive, held: _Held) -> bytes:
+    """A review's body, within the body limit (counted against `held`) and the body deadline."""
+    held.take(_check_headers(scope, state.settings.max_body_bytes))
+    try:
+        # A client that stops sending mid-body must not hold the request open forever.
+        return await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
+    except BodyDeadlineExceeded:
+        raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
+
+
 async def handle_review(state: AppState, operation: Operation, scope: Scope, receive: Receive, send: Send) -> None:
     """POST /mutate | /validate: the loop reads the body and writes the answer; workers do the rest."""
     started = time.perf_counter()
@@ -288,12 +298,7 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     held = _Held(state.memory)  # what this review holds of the in-flight memory budget
     try:
         try:
-            held.take(_check_headers(scope, state.settings.max_body_bytes))
-            try:
-                # A client that stops sending mid-body must not hold the request open forever.
-                body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
-            except BodyDeadlineExceeded:
-                raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
+            body = await _review_body(state, scope, receive, held)
             request, answered = await _answer(state, operation, body, started, held)
         except _HTTPProblem as problem:
             metrics.record_review(operation=operation, kind="", outcome="bad-request",
@@ -378,11 +383,7 @@ async def handle_policy_review(state: AppState, scope: Scope, receive: Receive, 
     deadline = started + state.settings.policy_changes.deadline_seconds
     try:
         try:
-            held.take(_check_headers(scope, state.settings.max_body_bytes))
-            try:
-                body = await state.body_deadlines.read(_read_body(receive, state.settings.max_body_bytes))
-            except BodyDeadlineExceeded:
-                raise _HTTPProblem(408, "the request body did not arrive within the deadline", close=True) from None
+            body = await _review_body(state, scope, receive, held)
             if state.workers is None:
                 request = _parsed(state, body, held)
                 outcome = _judge_policy(state, request, deadline)
