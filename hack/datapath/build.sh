@@ -28,7 +28,8 @@ cache_root="${TOPOGUARD_DATAPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topoguar
 dest="$cache_root/cilium-${cilium_version}_${key}_$("$GO" env GOOS)-$("$GO" env GOARCH)"
 
 usable() {
-    [[ -x "$dest/cilium-agent" && -x "$dest/cilium-cni" && -x "$dest/cilium-dbg" && -f "$dest/lib/bpf/bpf_lxc.c" ]] &&
+    [[ -x "$dest/cilium-agent" && -x "$dest/cilium-cni" && -x "$dest/cilium-dbg" && -f "$dest/lib/bpf/bpf_lxc.c" &&
+        -f "$dest/crds/ciliumpodippools.yaml" ]] &&
         "$dest/cilium-agent" --version >/dev/null 2>&1
 }
 if usable; then
@@ -63,7 +64,8 @@ echo "datapath: building cilium-agent, cilium-cni, cilium-dbg ${cilium_version} 
     cp -r "$src/bpf" "$work/lib/bpf"
     chmod -R u+w "$work/lib"
     mkdir -p "$work/crds"
-    cp "$src"/pkg/k8s/apis/cilium.io/client/crds/v2/*.yaml "$work/crds/"
+    # v2 and v2alpha1: the agent waits for CRDs of both (e.g. CiliumPodIPPool) before it is ready.
+    cp "$src"/pkg/k8s/apis/cilium.io/client/crds/v2*/*.yaml "$work/crds/"
 )
 echo "datapath: built in $((SECONDS - start))s" >&2
 "$work/cilium-agent" --version >&2 || true
