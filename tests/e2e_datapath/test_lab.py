@@ -39,14 +39,21 @@ ZONE = "zone"
 
 
 @pytest.fixture(scope="module")
-def lab_policies(node: DatapathNode) -> list[dict[str, Any]]:
+def lab_policies(node: DatapathNode) -> Iterator[list[dict[str, Any]]]:
+    """The lab's namespace (its labels as the lab has them) and three CNPs; the CNPs go again afterwards."""
     namespace, policies = lab.lab_objects()
-    node.cluster.create(namespace)
-    node.namespaces.add(namespace["metadata"]["name"])
-    node.ensure_service_account(namespace["metadata"]["name"], "default")
+    name = namespace["metadata"]["name"]
+    node.ensure_namespace(name)
+    stored, _ = node.cluster.request("GET", f"/api/v1/namespaces/{name}")
+    stored["metadata"]["labels"] = dict(namespace["metadata"]["labels"])
+    node.cluster.request("PUT", f"/api/v1/namespaces/{name}", stored)
     for policy in policies:
         node.cluster.create(policy)
-    return policies
+    try:
+        yield policies
+    finally:
+        for policy in policies:
+            node.cluster.delete(policy)
 
 
 def create_job(node: DatapathNode, job: dict[str, Any]) -> dict[str, Any]:
