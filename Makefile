@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help install test fuzz lint demo bench chart-lint screenshots e2e e2e-lossless e2e-full oracle lock clean
+.PHONY: help install test fuzz lint demo bench chart-lint screenshots e2e e2e-lossless e2e-full e2e-datapath oracle lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ e2e-lossless: $(STAMP) ## restarts, rotations and kills under load through the r
 
 e2e-full: $(STAMP) ## end-to-end with the real scheduler, controller-manager and operators (JobSet, Trainer, Kueue, ...)
 	@bash hack/e2e-full.sh
+
+e2e-datapath: $(STAMP) ## the seed lab + reach cases on Cilium's real agent and CNI plugin (root; builds and caches them)
+	@bash hack/e2e-datapath.sh
 
 oracle: $(STAMP) ## differential test against Cilium v1.20.2's policy code (builds and caches hack/oracle)
 	@bash hack/oracle.sh
