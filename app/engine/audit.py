@@ -206,6 +206,7 @@ class _Pass:
     groups: Mapping[pods_model.GroupKey, tuple[PodInfo, ...]]
     agent: Any
     index: capacity.ZoneIndex
+    kinds: tuple[str, ...]  # the GPU resources, as the ledger counts them (gpus.gpu_kinds)
     policy_ids: dict[tuple[Any, ...], int] = field(default_factory=dict)
     verdicts: dict[tuple[Any, ...], Verdict] = field(default_factory=dict)
 
@@ -222,6 +223,7 @@ class _Pass:
             agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
             index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources,
                                       gpu_device_classes=settings.gpu_device_classes),
+            kinds=gpu_kinds(snapshot, settings.gpu_resources),
         )
 
     def shape(self, job: JobInfo) -> JobShape:
@@ -280,14 +282,14 @@ class _Pass:
             zones=dict(sorted(zones.items())),
             pending=pending,
             findings=tuple(findings),
-            gpus=sum(bound.get(r, 0) for r in gpu_kinds(self.snapshot, self.settings.gpu_resources)),
+            gpus=sum(bound.get(r, 0) for r in self.kinds),
             pods=tuple(placed),
         )
 
     def _gpus(self, pod: PodInfo) -> int:
         """The GPUs a pod requests (held once it is bound): its requests of the GPU resources, as the ledger
         and the zone index count them."""
-        return sum(pod.requests.get(r, 0) for r in gpu_kinds(self.snapshot, self.settings.gpu_resources))
+        return sum(pod.requests.get(r, 0) for r in self.kinds)
 
     def place(self, pod: PodInfo) -> Place:
         """Where a pod is: (True, its node's zone) when bound, (False, "") when pending."""
@@ -435,7 +437,7 @@ class _Pass:
                 "zone-closed",
                 f"Pending {who} pinned to {zone} cannot start: no ready, schedulable node is left in {zone}",
             )
-        gpu_resources = gpu_kinds(self.snapshot, self.settings.gpu_resources)
+        gpu_resources = self.kinds
         allocatable: Counter[str] = Counter()
         for cls in self.index.classes_in(zone):
             for resource in gpu_resources:
