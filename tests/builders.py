@@ -350,3 +350,18 @@ def in_flight_totals(
         for resource, count in hold.gpus.items():
             per[resource] = per.get(resource, 0) + count
     return freeze({z: freeze(per) for z, per in totals.items()})
+
+
+def match_expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A nodeSelectorRequirement against node labels, written from the Kubernetes API docs (the reference the
+    placement tests hold topoguard's patches to; Gt/Lt are not used by them)."""
+    key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise AssertionError(f"operator {op} not handled by the test")

@@ -29,6 +29,7 @@ from app.http import server as http_server
 from app.http.app import TopoguardApp
 from app.models.cluster import Snapshot
 from app.tls import KeyPair, generate_self_signed, self_signed_context
+from tests.builders import match_expression
 
 FIXTURES = Path(__file__).parent / "fixtures"
 STARTUP_TIMEOUT_SECONDS = 20.0
@@ -269,19 +270,6 @@ def replica_templates(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {rj["name"]: rj["template"]["spec"]["template"] for rj in spec.get("replicatedJobs", [])}
 
 
-def _matches(expr: dict[str, Any], labels: dict[str, str]) -> bool:
-    key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    raise AssertionError(f"operator {op} not handled by the test")
-
-
 def schedulable_zones(pod_spec: dict[str, Any], nodes: list[dict[str, Any]], zone_label: str) -> set[str]:
     """Zones with a node that the template's nodeSelector and required node affinity accept (taints ignored)."""
     zones = set()
@@ -292,7 +280,7 @@ def schedulable_zones(pod_spec: dict[str, Any], nodes: list[dict[str, Any]], zon
         if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
             continue
         if terms is not None and not any(
-            all(_matches(e, labels) for e in term.get("matchExpressions") or []) for term in terms
+            all(match_expression(e, labels) for e in term.get("matchExpressions") or []) for term in terms
         ):
             continue
         if zone_label in labels:

@@ -16,7 +16,7 @@ from app.config import Settings
 from app.engine import patches
 from app.engine.decide import decide_fresh
 from app.models.cluster import Snapshot
-from tests.builders import make_snapshot
+from tests.builders import make_snapshot, match_expression
 from tests.unit.crd.jsonpatch import apply_patch
 
 ZL = "topology.kubernetes.io/zone"
@@ -85,19 +85,6 @@ def _requests(spec: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _expr(expr: dict[str, Any], labels: dict[str, str]) -> bool:
-    key, op, values = expr["key"], expr["operator"], expr.get("values", [])
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    raise AssertionError(op)
-
-
 def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
     for t in tolerations:
         if t.get("effect") and t["effect"] != taint["effect"]:
@@ -115,7 +102,7 @@ def passes(spec: dict[str, Any], n: dict[str, Any]) -> bool:
         return False
     required = spec.get("affinity", {}).get("nodeAffinity", {}).get(patches.REQUIRED, {})
     terms = required.get("nodeSelectorTerms")
-    if terms and not any(all(_expr(e, labels) for e in t.get("matchExpressions", [])) for t in terms):
+    if terms and not any(all(match_expression(e, labels) for e in t.get("matchExpressions", [])) for t in terms):
         return False
     if any(t["effect"] in ("NoSchedule", "NoExecute") and not _tolerates(spec.get("tolerations", []), t)
            for t in n["spec"]["taints"]):
