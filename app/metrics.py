@@ -23,7 +23,7 @@ REVIEW_DURATION_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 PUBLISH_BUCKETS_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # Every value of `topoguard_reviews_total{outcome}`: the admission pipeline's outcomes
-# (app.http.admission.OutcomeName), then the two only the server answers with (app.http.routes).
+# (app.admission.pipeline.OutcomeName), then the two only the server answers with (app.http.routes).
 REVIEW_OUTCOMES = ("patched", "unchanged", "denied", "warned", "skipped", "error", "bad-request", "timeout", "shed")
 # Every value of `topoguard_reviews_shed_total{reason}` (app.http.workers.ShedReason, plus the memory budget's).
 SHED_REASONS = ("namespace-share", "no-worker", "memory")
@@ -32,7 +32,7 @@ SHED_REASONS = ("namespace-share", "no-worker", "memory")
 # applies; once per refused job, split when its replicas share no zone or could run split across zones.
 REASON_CLASSES = ("capacity", "network-deny", "network-unknown", "placement", "split")
 # Every value of `topoguard_skip_requests_total{result}`: a job's topoguard.io/skip honoured (its namespace is
-# labelled topoguard.io/allow-skip=true) or ignored with a warning (app.http.admission.Outcome.skip).
+# labelled topoguard.io/allow-skip=true) or ignored with a warning (app.admission.pipeline.Outcome.skip).
 SKIP_RESULTS = ("honoured", "ignored")
 # Most labelled series a per-review metric keeps a handle to (the callers bound the label values:
 # operations, KNOWN_KINDS, outcomes, reason classes, zones); past it `.labels()` is asked every time.

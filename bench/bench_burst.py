@@ -4,7 +4,7 @@
 
 The cluster: three zones of 8-GPU nodes with the NVIDIA taint, idle, of 8, 4 and 2 nodes (64, 32 and
 16 GPUs), no policies. The burst: 100 PyTorchJobs of 8 GPUs (1 CPU Master + 2 Workers x 4), reviewed
-one after the other through the server's own pipeline (`admission.answer` with one `InFlight`, as a
+one after the other through the server's own pipeline (`pipeline.answer` with one `InFlight`, as a
 replica runs them): each admitted job holds its GPUs in flight, so the next review sees them taken.
 The first 14 fill the zones (8 + 4 + 2 jobs), the rest wait spread over them in proportion to their GPUs.
 
@@ -23,11 +23,11 @@ import time
 from collections import Counter
 from typing import Any
 
+from app.admission import pipeline
+from app.admission.inflight import InFlight
 from app.cache.files import build_snapshot
 from app.config import Settings
 from app.engine import ledger
-from app.http import admission
-from app.http.inflight import InFlight
 from app.models.cluster import Snapshot
 
 NS = "ml"
@@ -86,9 +86,9 @@ def build_cluster(stored_jobs: int) -> Snapshot:
     return build_snapshot(objects, revision=f"burst-{stored_jobs}")
 
 
-def review(job: dict[str, Any], uid: str) -> admission.ReviewRequest:
+def review(job: dict[str, Any], uid: str) -> pipeline.ReviewRequest:
     gvk = {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}
-    return admission.parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    return pipeline.parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": uid, "kind": gvk, "resource": {**gvk, "resource": "pytorchjobs"}, "name": job["metadata"]["name"],
         "namespace": NS, "operation": "CREATE", "object": job, "dryRun": False}})
 
@@ -99,7 +99,7 @@ def burst(snapshot: Snapshot, settings: Settings, size: int) -> tuple[list[str],
     requests = [review(pytorchjob(f"sweep-{i}"), f"uid-{i}") for i in range(size)]
     for request in requests:
         start = time.perf_counter()
-        outcome = admission.answer(request, snapshot=snapshot, settings=settings, operation="mutate",
+        outcome = pipeline.answer(request, snapshot=snapshot, settings=settings, operation="mutate",
                                    in_flight=flight)
         times.append(time.perf_counter() - start)
         if outcome.decision is None or outcome.decision.zone is None:

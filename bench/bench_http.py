@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from app import engine
+from app.admission import pipeline
 from app.cache.files import load_snapshot
 from app.config import Settings
-from app.http import admission
 from app.http.app import settle_heap
 from app.tls import generate_self_signed
 
@@ -301,7 +301,7 @@ def gc_pause(snapshot_file: Path, settings: Settings, body: dict[str, Any]) -> d
     started = time.perf_counter()
     engine.prepare(snapshot, settings)
     prepared = time.perf_counter() - started
-    outcome = admission.answer(admission.parse_review(body), snapshot=snapshot, settings=settings, operation="mutate")
+    outcome = pipeline.answer(pipeline.parse_review(body), snapshot=snapshot, settings=settings, operation="mutate")
     assert outcome.outcome == "patched", outcome.review
     pauses = []
     for _ in range(7):

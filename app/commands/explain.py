@@ -21,11 +21,11 @@ from typing import Any, TextIO
 import yaml
 
 from app import engine, jobs, policy
+from app.admission.pipeline import unsupported_message
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, Settings, load_settings
 from app.engine import lead, ledger, patches
 from app.engine.flows import describe_check, describe_flow, describe_reason, describe_sides
-from app.http.admission import unsupported_message
 from app.jobs import status as job_status
 from app.models import labels
 from app.models.cilium import CiliumAgent

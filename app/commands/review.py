@@ -2,7 +2,7 @@
 
 Reads one AdmissionReview (a file or stdin), or a plain job manifest (JSON or YAML) which it wraps in
 the AdmissionReview the apiserver would send for creating it (`wrap_job`), answers it with the server's own pipeline
-(`admission.parse_review` → `admission.answer`) against the file snapshot, and prints the response
+(`pipeline.parse_review` → `pipeline.answer`) against the file snapshot, and prints the response
 AdmissionReview encoded exactly as the server sends it. Exit 0 whenever it answered, allowed or
 not; 2 when the input is unusable (unreadable file, bad JSON, not an AdmissionReview, unreadable
 snapshot or config), with the reason on stderr and nothing on stdout.
@@ -22,9 +22,9 @@ from typing import Any
 import orjson
 import yaml
 
+from app.admission import pipeline, policy_changes
 from app.cache.files import SnapshotError, load_snapshot
 from app.config import ConfigError, load_settings
-from app.http import admission, policy_review
 from app.models import admission as admission_models
 
 EXIT_ANSWERED = 0
@@ -92,19 +92,19 @@ def wrap_job(job: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     try:
         body = _read_review(args.file)
-        request = admission.parse_review(body)
+        request = pipeline.parse_review(body)
         settings = load_settings(args.config)
         snapshot = load_snapshot(args.cluster, cilium_config=settings.cilium_config)
-    except admission.BadReview as e:
+    except pipeline.BadReview as e:
         print(f"topoguard review: not a usable AdmissionReview: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (_Unusable, ConfigError, SnapshotError) as e:
         print(f"topoguard review: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.operation == "validate-policy":  # POST /validate-policy: a policy change judged against the jobs
-        review = policy_review.answer(request, snapshot=snapshot, settings=settings).review
+        review = policy_changes.answer(request, snapshot=snapshot, settings=settings).review
     else:
-        review = admission.answer(request, snapshot=snapshot, settings=settings, operation=args.operation).review
+        review = pipeline.answer(request, snapshot=snapshot, settings=settings, operation=args.operation).review
     sys.stdout.buffer.write(orjson.dumps(review) + b"\n")
     sys.stdout.flush()
     return EXIT_ANSWERED

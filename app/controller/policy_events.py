@@ -1,6 +1,6 @@
 """Events for policy changes that break training jobs: one Warning Event on each job a stored change breaks.
 
-The validating webhook on policy objects (app/http/policy_review.py) admits a breaking change under `warn`
+The validating webhook on policy objects (app/admission/policy_changes.py) admits a breaking change under `warn`
 with warnings, which GitOps tools may hide (Argo CD logs admission warnings without showing them): the job's
 owner then sees the Event on the job (`kubectl describe`, `kubectl events`) the moment the change is stored,
 not at the audit's next pass. Never for a dry run (the webhook is `sideEffects: None`).

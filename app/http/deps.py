@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
+from app.admission.inflight import InFlight
 from app.cache.store import Store, SyncStatus
 from app.config import Settings
 from app.engine.whatif import Change, JobImpact
 from app.http.deadlines import BodyDeadlines
-from app.http.inflight import InFlight
 from app.http.workers import READER_THREADS, MemoryBudget, Workers
 from app.metrics import Metrics
 from app.models.cluster import BoundedMemo, Snapshot

@@ -23,10 +23,10 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app import engine, jobs, policy
+from app.admission import pipeline
 from app.config import Settings
 from app.engine import audit, capacity, ledger
 from app.engine.gpus import DEFAULT_GPU_DEVICE_CLASSES, gpu_kinds
-from app.http import admission
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
 from app.http.routes import LOGGED_TEXT_CHARS, _enforcement, _Held, _HTTPProblem, _json, _read_body, decode
@@ -260,12 +260,12 @@ MAP_SHARE = "(POST /map)"
 def _job_map_bytes(state: AppState, body: bytes, held: _Held, deadline: float) -> bytes:
     """POST /map's answer, encoded, on a decision worker under the review deadline. Bad input raises
     _HTTPProblem (4xx), never a 500: the review path's memory estimate (413) and nesting screen
-    (admission.check_nesting), the job adapters' errors and the job limits (job_map), and numbers JSON
+    (pipeline.check_nesting), the job adapters' errors and the job limits (job_map), and numbers JSON
     cannot carry."""
     raw = decode(state, body, held)
     try:
-        admission.check_nesting(raw, "the job")
-    except admission.BadReview as e:
+        pipeline.check_nesting(raw, "the job")
+    except pipeline.BadReview as e:
         raise _HTTPProblem(400, str(e)) from None
     with engine.within(engine.Deadline(deadline, time.perf_counter)):
         try:

@@ -1,6 +1,6 @@
 """The HTTP routes: POST /mutate and /validate (raw ASGI, the hot path), /healthz, /readyz, /metrics (/map: maps.py).
 
-Thin: read and check the body, call `admission.parse_review` → `admission.answer` (the same code path
+Thin: read and check the body, call `pipeline.parse_review` → `pipeline.answer` (the same code path
 as `topoguard review`), record metrics and the log line, send the answer. Two reporting channels
 (STYLE.md section 4): a malformed review is an HTTP 4xx with `{"error": ...}`; a job that cannot be
 placed, an unexpected error or a missed deadline is HTTP 200 with an AdmissionReview whose response
@@ -28,7 +28,7 @@ from fastapi import APIRouter, Response
 from starlette.types import Receive, Scope, Send
 
 from app import engine
-from app.http import admission, policy_review, responses
+from app.admission import pipeline, policy_changes, responses
 from app.http import workers as workers_
 from app.http.deadlines import BodyDeadlineExceeded
 from app.http.deps import AppState, StateDep
@@ -167,31 +167,31 @@ class _Answered:
     body: bytes
     outcome: str
     decision: Decision | None
-    skip: str = ""  # admission.Outcome.skip
+    skip: str = ""  # pipeline.Outcome.skip
 
 
 @dataclass(frozen=True)
 class _Undecided:
     """A review read on a worker whose decision is still to be computed."""
 
-    request: admission.ReviewRequest
+    request: pipeline.ReviewRequest
     snapshot: Snapshot
-    prepared: admission.Prepared
+    prepared: pipeline.Prepared
 
 
-def _encode(outcome: admission.Outcome) -> _Answered:
+def _encode(outcome: pipeline.Outcome) -> _Answered:
     return _Answered(orjson.dumps(outcome.review), outcome.outcome, outcome.decision, outcome.skip)
 
 
 def _read(state: AppState, operation: Operation, body: bytes, held: _Held
-          ) -> tuple[admission.ReviewRequest, _Answered | _Undecided]:
+          ) -> tuple[pipeline.ReviewRequest, _Answered | _Undecided]:
     """Step 1, on a reader thread: hold what decoding will cost, decode and read the review, take the snapshot
-    (once), prepare the answer (`admission.prepare`) and finish it when that costs nothing more (a memo hit, a
+    (once), prepare the answer (`pipeline.prepare`) and finish it when that costs nothing more (a memo hit, a
     refusal, a skip)."""
     request = _parsed(state, body, held)
     try:
         snapshot, problem = state.snapshot()
-        prepared = admission.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
+        prepared = pipeline.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
                                      cache_problem=problem, in_flight=state.in_flight)
         if prepared.cheap:
             return request, _encode(prepared.result())
@@ -203,12 +203,12 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
     return request, _Undecided(request, snapshot, prepared)
 
 
-def _parsed(state: AppState, body: bytes, held: _Held) -> admission.ReviewRequest:
-    """The review's request (`decode`, then `admission.parse_review`; 400 for what is not a usable review)."""
+def _parsed(state: AppState, body: bytes, held: _Held) -> pipeline.ReviewRequest:
+    """The review's request (`decode`, then `pipeline.parse_review`; 400 for what is not a usable review)."""
     raw = decode(state, body, held)
     try:
-        return admission.parse_review(raw)
-    except admission.BadReview as e:
+        return pipeline.parse_review(raw)
+    except pipeline.BadReview as e:
         raise _HTTPProblem(400, str(e)) from None
 
 
@@ -222,13 +222,13 @@ def decode(state: AppState, body: bytes, held: _Held) -> Any:
         raise _HTTPProblem(400, f"body is not valid JSON: {e}") from None
 
 
-def _decide(prepared: admission.Prepared, deadline: float) -> _Answered:
+def _decide(prepared: pipeline.Prepared, deadline: float) -> _Answered:
     """Step 2, on a decision worker: the decision, stopped by the engine itself past `deadline` (perf_counter)."""
     with engine.within(engine.Deadline(deadline, time.perf_counter)):
         return _encode(prepared.result())
 
 
-def _unchecked(state: AppState, request: admission.ReviewRequest, snapshot: Snapshot | None, why: str,
+def _unchecked(state: AppState, request: pipeline.ReviewRequest, snapshot: Snapshot | None, why: str,
                code: int) -> _Answered:
     """A review answered without a decision (deadline missed, no worker in time): refused with `code`, or
     admitted with a warning in a namespace whose enforcement is `warn`. Never a silent allow."""
@@ -241,7 +241,7 @@ def _unchecked(state: AppState, request: admission.ReviewRequest, snapshot: Snap
 
 
 async def _answer(state: AppState, operation: Operation, body: bytes, started: float, held: _Held
-                  ) -> tuple[admission.ReviewRequest, _Answered]:
+                  ) -> tuple[pipeline.ReviewRequest, _Answered]:
     """The review's answer, computed off the event loop (inline when the app has no workers)."""
     deadline = started + state.settings.request_deadline_seconds
     workers = state.workers
@@ -349,15 +349,15 @@ def _own_pods(snapshot: Snapshot) -> tuple[Any, ...]:
     """topoguard's own pods (POD_NAMESPACE / POD_NAME, the chart's downward API), found once per snapshot."""
     namespace, name = os.environ.get("POD_NAMESPACE", ""), os.environ.get("POD_NAME", "")
     return snapshot.memo(f"http.own-pods/{namespace}/{name}",
-                         lambda s: policy_review.own_pods(s, namespace, name))
+                         lambda s: policy_changes.own_pods(s, namespace, name))
 
 
-def _judge_policy(state: AppState, request: admission.ReviewRequest, deadline: float) -> policy_review.PolicyOutcome:
+def _judge_policy(state: AppState, request: pipeline.ReviewRequest, deadline: float) -> policy_changes.PolicyOutcome:
     """On a decision worker: take the snapshot once, judge the change before `deadline`."""
     try:
         snapshot, problem = state.snapshot()
         with engine.within(engine.Deadline(deadline, time.perf_counter)):
-            outcome = policy_review.answer(request, snapshot=snapshot, settings=state.settings,
+            outcome = policy_changes.answer(request, snapshot=snapshot, settings=state.settings,
                                            cache_problem=problem, own=_own_pods(snapshot) if problem is None else ())
     except engine.DeadlineExceeded:
         outcome = _policy_unjudged(request, f"no answer within the {state.settings.policy_changes.deadline_seconds:g}s "
@@ -368,10 +368,10 @@ def _judge_policy(state: AppState, request: admission.ReviewRequest, deadline: f
     return outcome
 
 
-def _policy_unjudged(request: admission.ReviewRequest, why: str) -> policy_review.PolicyOutcome:
+def _policy_unjudged(request: pipeline.ReviewRequest, why: str) -> policy_changes.PolicyOutcome:
     """Admitted with a warning: this webhook never blocks a change it did not judge."""
     text = f"topoguard: the change was not checked against the training jobs ({why}); it is admitted unchecked"
-    return policy_review.PolicyOutcome(responses.allowed(request.uid, warnings=[text]), "warned",
+    return policy_changes.PolicyOutcome(responses.allowed(request.uid, warnings=[text]), "warned",
                                        dry_run=bool(request.dry_run))
 
 

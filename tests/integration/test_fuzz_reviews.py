@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.admission import pipeline
 from app.cache.files import build_snapshot
 from app.cache.store import StaticStore
 from app.config import Settings
-from app.http import admission
 from app.http.app import TopoguardApp, create_app
 from tests.integration.conftest import admission_review, check_review_envelope, load_scenario, scenario_objects
 
@@ -131,8 +131,8 @@ def test_mutated_reviews_get_a_review_or_a_4xx(client: Client, review: dict[str,
     check_answer(got.status_code, got.content, review)
     if got.status_code == 200:  # one code path: the same answer as the in-process pipeline
         operation = "mutate" if path == "/mutate" else "validate"
-        request = admission.parse_review(orjson.loads(orjson.dumps(review)))
-        want = admission.answer(request, snapshot=SNAPSHOT, settings=SETTINGS, operation=operation).review
+        request = pipeline.parse_review(orjson.loads(orjson.dumps(review)))
+        want = pipeline.answer(request, snapshot=SNAPSHOT, settings=SETTINGS, operation=operation).review
         assert orjson.loads(got.content) == want
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.admission import pipeline
 from app.cache.files import build_snapshot
 from app.cache.store import StaticStore
 from app.config import Settings
-from app.http import admission
 from app.http.app import create_app
 from app.tls import KeyPair
 from tests.integration.conftest import (
@@ -59,7 +59,7 @@ def test_scenario_through_https(serve: Callable[..., RunningServer], server_pair
         assert got.status_code == 200
         answer = got.json()
         response = check_review_envelope(answer, review["request"]["uid"])
-        in_process = admission.answer(admission.parse_review(review), snapshot=snapshot, settings=settings,
+        in_process = pipeline.answer(pipeline.parse_review(review), snapshot=snapshot, settings=settings,
                                       operation=operation)
         assert answer == in_process.review  # one code path with `topoguard review`
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from app import cli, jobs
+from app.admission.pipeline import unsupported_message
 from app.commands.reach import parse_port
-from app.http.admission import unsupported_message
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LAB = DATA / "clusters" / "lab.yaml"

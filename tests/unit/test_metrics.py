@@ -9,8 +9,8 @@ from typing import get_args
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.admission.pipeline import OutcomeName
 from app.engine import audit
-from app.http.admission import OutcomeName
 from app.metrics import (
     AUDIT_FINDING_TYPES,
     AUDIT_PASS_OUTCOMES,

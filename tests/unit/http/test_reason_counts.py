@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from app.admission import pipeline
 from app.cache.files import load_snapshot
 from app.cache.store import StaticStore
 from app.config import Settings, load_settings
-from app.http import admission, routes
+from app.http import routes
 from app.http.deps import AppState
 from app.metrics import REASON_CLASSES, Metrics
 from app.models.cluster import BoundedMemo
@@ -43,10 +44,10 @@ def as_written(job: dict[str, Any]) -> None:
     pass
 
 
-def decision_for(edit: Edit, operation: admission.Operation, settings: Settings) -> Decision:
+def decision_for(edit: Edit, operation: pipeline.Operation, settings: Settings) -> Decision:
     review = copy.deepcopy(LAB_REVIEW)
     edit(review["request"]["object"])
-    outcome = admission.answer(admission.parse_review(review), snapshot=LAB, settings=settings, operation=operation)
+    outcome = pipeline.answer(pipeline.parse_review(review), snapshot=LAB, settings=settings, operation=operation)
     assert outcome.decision is not None
     return outcome.decision
 
@@ -69,7 +70,7 @@ IDENTITY = load_settings(DATA / "clusters" / "lab-config.yaml", environ={})  # z
                      id="mutate: a placed job counts no reason"),
     ],
 )
-def test_reason_classes(edit: Edit, operation: admission.Operation, settings: Settings, want: dict[str, int]) -> None:
+def test_reason_classes(edit: Edit, operation: pipeline.Operation, settings: Settings, want: dict[str, int]) -> None:
     got = routes._reason_counts(decision_for(edit, operation, settings))
     assert got == want
     assert set(got) <= set(REASON_CLASSES)

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from app import cli
+from app.admission import pipeline
 from app.cache.files import load_snapshot
 from app.config import load_settings
-from app.http import admission
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 LAB = DATA / "clusters" / "lab.yaml"
@@ -31,8 +31,8 @@ def run_review(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> tuple[
 
 def test_review_prints_exactly_what_the_server_sends(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     code, out, err = run_review(capsysbinary, "--cluster", str(LAB), "--config", str(LAB_CONFIG), str(LAB_REVIEW))
-    request = admission.parse_review(json.loads(LAB_REVIEW.read_text()))
-    server = admission.answer(request, snapshot=load_snapshot(LAB), settings=load_settings(LAB_CONFIG, environ={}),
+    request = pipeline.parse_review(json.loads(LAB_REVIEW.read_text()))
+    server = pipeline.answer(request, snapshot=load_snapshot(LAB), settings=load_settings(LAB_CONFIG, environ={}),
                               operation="mutate")
     assert (code, out, err) == (0, orjson.dumps(server.review) + b"\n", "")
 

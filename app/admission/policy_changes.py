@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.admission import responses
 from app.cache import projections
 from app.config import Settings
 from app.engine import whatif
 from app.engine.whatif import Change, JobImpact, WhatIf
-from app.http import responses
 from app.models.admission import ReviewRequest
 from app.models.cluster import PodInfo, Snapshot
 from app.models.labels import BREAK_GLASS_ANNOTATION, POLICY_CHANGES_LABEL

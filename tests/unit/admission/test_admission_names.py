@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.admission import pipeline
 from app.config import Settings
 from app.engine import JOB_PLACEHOLDER
-from app.http import admission
 from tests.builders import make_namespace, make_node, make_pytorchjob, make_snapshot
+from tests.unit.admission.test_admission import ENABLED, GPU_TAINT, NS, review
 from tests.unit.engine.test_decide import L7_MASTER  # an L7 rule: unknown, with pod names in its message
-from tests.unit.http.test_admission import ENABLED, GPU_TAINT, NS, review
 
 SNAPSHOT = make_snapshot(
     [
@@ -25,7 +25,7 @@ SNAPSHOT = make_snapshot(
 def _refusal(name: str) -> str:
     body: dict[str, Any] = review(make_pytorchjob(name, namespace=NS))
     body["request"]["name"] = name
-    outcome = admission.answer(admission.parse_review(body), snapshot=SNAPSHOT, settings=Settings(), operation="mutate")
+    outcome = pipeline.answer(pipeline.parse_review(body), snapshot=SNAPSHOT, settings=Settings(), operation="mutate")
     assert outcome.outcome == "denied"
     return str(outcome.review["response"]["status"]["message"])
 

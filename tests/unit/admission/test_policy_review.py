@@ -1,4 +1,4 @@
-"""POST /validate-policy (app/http/policy_review.py): the validating webhook on policy objects.
+"""POST /validate-policy (app/admission/policy_changes.py): the validating webhook on policy objects.
 
 warn by default with warnings naming the jobs and flows; deny opt-in (config, namespace label) with a
 break-glass annotation; only jobs of the policy's own namespace named; topoguard's own pods always warn;
@@ -17,13 +17,13 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from app.admission import pipeline, policy_changes
 from app.cache import projections
 from app.cache.files import load_snapshot
 from app.cache.store import StaticStore
 from app.config import PolicyChangeSettings, Settings, load_settings
 from app.engine import budget
 from app.engine.whatif import Change, JobImpact
-from app.http import admission, policy_review
 from app.http.app import create_app
 from app.models.cluster import Snapshot
 from tests.builders import make_namespace, make_pod
@@ -68,8 +68,8 @@ def review(obj: dict[str, Any] | None, *, operation: str = "CREATE", old: dict[s
 
 
 def answer(body: dict[str, Any], snapshot: Snapshot, settings: Settings = SETTINGS,
-           **kw: Any) -> policy_review.PolicyOutcome:
-    return policy_review.answer(admission.parse_review(body), snapshot=snapshot, settings=settings, **kw)
+           **kw: Any) -> policy_changes.PolicyOutcome:
+    return policy_changes.answer(pipeline.parse_review(body), snapshot=snapshot, settings=settings, **kw)
 
 
 def test_warn_admits_a_breaking_change_with_warnings_naming_job_and_flow() -> None:
@@ -153,7 +153,7 @@ def test_a_change_selecting_topoguards_own_pods_always_warns() -> None:
     isolate = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                "metadata": {"name": "default-deny", "namespace": "topoguard"},
                "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}
-    own = policy_review.own_pods(snap, "topoguard", "topoguard-abc")
+    own = policy_changes.own_pods(snap, "topoguard", "topoguard-abc")
     assert [p.name for p in own] == ["topoguard-abc"]
     got = answer(review(isolate, kind="NetworkPolicy"), snap, DENY, own=own)
     response = got.review["response"]
@@ -229,12 +229,12 @@ def test_events_are_deduplicated_like_the_audits() -> None:
 
 
 def test_a_change_not_judged_in_time_is_admitted_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow(*args: Any, **kwargs: Any) -> policy_review.PolicyOutcome:
+    def slow(*args: Any, **kwargs: Any) -> policy_changes.PolicyOutcome:
         while True:  # a what-if of many jobs: the engine checks the deadline once per job
             time.sleep(0.01)
             budget.check()
 
-    monkeypatch.setattr(policy_review, "answer", slow)
+    monkeypatch.setattr(policy_changes, "answer", slow)
     settings = DENY.model_copy(update={"policy_changes": PolicyChangeSettings(enforcement="deny",
                                                                               deadline_seconds=0.3)})
     with TestClient(create_app(settings, StaticStore(lab()))) as client:

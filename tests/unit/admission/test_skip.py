@@ -12,11 +12,11 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from app.admission import pipeline
 from app.cache.files import load_snapshot
 from app.cache.store import StaticStore
 from app.commands.review import wrap_job
 from app.config import Settings
-from app.http import admission
 from app.http.app import create_app
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,8 +40,8 @@ def skipping_job() -> dict[str, Any]:
     return job
 
 
-def answer(job: dict[str, Any], snapshot: Any, operation: admission.Operation = "mutate") -> admission.Outcome:
-    return admission.answer(admission.parse_review(wrap_job(job)), snapshot=snapshot, settings=SETTINGS,
+def answer(job: dict[str, Any], snapshot: Any, operation: pipeline.Operation = "mutate") -> pipeline.Outcome:
+    return pipeline.answer(pipeline.parse_review(wrap_job(job)), snapshot=snapshot, settings=SETTINGS,
                             operation=operation)
 
 

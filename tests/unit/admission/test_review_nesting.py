@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.http import admission
+from app.admission import pipeline
 
 LAB_REVIEW = Path(__file__).resolve().parents[2] / "data" / "reviews" / "lab-pytorchjob-create.json"
 
@@ -49,13 +49,13 @@ unusual = _unusual_containers(st.recursive(st.one_of(plain_leaves, st.just(2**70
 @settings(max_examples=300, deadline=None)
 @given(node=plain_json, limit=st.integers(min_value=0, max_value=7))
 def test_the_screen_answers_what_the_walk_answers(node: Any, limit: int) -> None:
-    assert admission._nested_deeper_than(node, limit) is admission._walked_deeper_than(node, limit)
+    assert pipeline._nested_deeper_than(node, limit) is pipeline._walked_deeper_than(node, limit)
 
 
 @settings(max_examples=300, deadline=None)
 @given(node=unusual, limit=st.integers(min_value=0, max_value=7))
 def test_values_orjson_sees_otherwise_get_the_walks_answer(node: Any, limit: int) -> None:
-    assert admission._nested_deeper_than(node, limit) is admission._walked_deeper_than(node, limit)
+    assert pipeline._nested_deeper_than(node, limit) is pipeline._walked_deeper_than(node, limit)
 
 
 def _chain(levels: int, innermost: Any, *, arrays: bool = False) -> Any:
@@ -82,16 +82,16 @@ def _chain(levels: int, innermost: Any, *, arrays: bool = False) -> Any:
     ],
 )
 def test_nesting_examples(node: Any, limit: int, deeper: bool) -> None:
-    assert admission._nested_deeper_than(node, limit) is deeper
-    assert admission._walked_deeper_than(node, limit) is deeper
+    assert pipeline._nested_deeper_than(node, limit) is deeper
+    assert pipeline._walked_deeper_than(node, limit) is deeper
 
 
 def test_the_lab_review_is_cleared_by_the_screen_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_walk(node: Any, limit: int) -> bool:
         raise AssertionError("the walk ran for a review the screen clears")
 
-    monkeypatch.setattr(admission, "_walked_deeper_than", no_walk)
-    assert admission._nested_deeper_than(json.loads(LAB_REVIEW.read_text()), admission.MAX_NESTING_DEPTH) is False
+    monkeypatch.setattr(pipeline, "_walked_deeper_than", no_walk)
+    assert pipeline._nested_deeper_than(json.loads(LAB_REVIEW.read_text()), pipeline.MAX_NESTING_DEPTH) is False
 
 
 def _review_with(extension: Any) -> dict[str, Any]:
@@ -110,13 +110,13 @@ def _review_with(extension: Any) -> dict[str, Any]:
     ],
 )
 def test_too_deep_reviews_are_refused_with_the_same_message(extension: Any) -> None:
-    with pytest.raises(admission.BadReview) as refused:
-        admission.parse_review(_review_with(extension))
+    with pytest.raises(pipeline.BadReview) as refused:
+        pipeline.parse_review(_review_with(extension))
     assert str(refused.value) == ("the review nests objects and arrays more than 100 levels deep; "
                                   "no Kubernetes object needs that many")
 
 
 def test_a_value_orjson_refuses_within_the_limit_is_accepted() -> None:
     body = _review_with({"big": 2**70, 1: "non-string key"})
-    request = admission.parse_review(body)
+    request = pipeline.parse_review(body)
     assert request.uid == body["request"]["uid"] and request.obj == body["request"]["object"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.http import admission
+from app.admission import pipeline
 
 LAB_REVIEW = json.loads((Path(__file__).resolve().parents[2] / "data" / "reviews" / "lab-pytorchjob-create.json")
                         .read_text())
@@ -60,8 +60,8 @@ OPERATIONS = "'CREATE', 'UPDATE', 'DELETE' or 'CONNECT'"
     ],
 )
 def test_bad_reviews_are_refused_with_these_words(body: dict[str, Any], message: str) -> None:
-    with pytest.raises(admission.BadReview) as refused:
-        admission.parse_review(body)
+    with pytest.raises(pipeline.BadReview) as refused:
+        pipeline.parse_review(body)
     assert str(refused.value) == message
 
 
@@ -73,4 +73,4 @@ def test_bad_reviews_are_refused_with_these_words(body: dict[str, Any], message:
     ],
 )
 def test_lax_values_pydantic_accepts_stay_accepted(fields: dict[str, Any], dry_run: bool) -> None:
-    assert admission.parse_review(_with(**fields)).dry_run is dry_run
+    assert pipeline.parse_review(_with(**fields)).dry_run is dry_run

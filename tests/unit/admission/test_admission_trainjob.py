@@ -11,8 +11,8 @@ from typing import Any
 from app import jobs
 from app.cache import projections
 from app.models.cluster import Snapshot
+from tests.unit.admission.test_admission import GPU, NS, answer, cluster, patch_of, response_of, review
 from tests.unit.crd.jsonpatch import apply_patch
-from tests.unit.http.test_admission import GPU, NS, answer, cluster, patch_of, response_of, review
 
 # The runtime's own GPU-pool toleration: only a review that reads the runtime knows the nodes can run.
 RUNTIME_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}

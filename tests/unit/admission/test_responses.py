@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.http import responses
+from app.admission import responses
 from app.models.admission import AdmissionResponse, AdmissionReview, Status
 
 OPS = [{"op": "add", "path": "/metadata/annotations/topoguard.io~1zone", "value": "zone-a"}]

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from app.admission import pipeline
 from app.config import Settings
-from app.http import admission
 from app.models.cluster import Snapshot
 from app.models.labels import COLLECTIVE_PORTS_ANNOTATION
 from tests.builders import GPU, make_ccnp, make_namespace, make_node, make_pytorchjob, make_snapshot, make_template
@@ -77,7 +77,7 @@ def review(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def respond(obj: dict[str, Any], snapshot: Snapshot, settings: Settings | None = None) -> dict[str, Any]:
-    outcome = admission.answer(admission.parse_review(review(obj)), snapshot=snapshot,
+    outcome = pipeline.answer(pipeline.parse_review(review(obj)), snapshot=snapshot,
                                settings=settings or Settings(), operation="mutate")
     response: dict[str, Any] = outcome.review["response"]
     assert response["uid"] == UID

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from app import jobs
+from app.admission import pipeline
 from app.config import Settings
-from app.http import admission
 from app.models.cluster import Snapshot
 from tests.builders import GPU, make_namespace, make_node, make_pytorchjob, make_snapshot, make_template
 from tests.unit.crd.jsonpatch import apply_patch
@@ -56,7 +56,7 @@ def job(**kwargs: Any) -> dict[str, Any]:
     return make_pytorchjob(namespace=NS, **kwargs)
 
 
-def response_of(outcome: admission.Outcome) -> dict[str, Any]:
+def response_of(outcome: pipeline.Outcome) -> dict[str, Any]:
     body = outcome.review
     assert (body["apiVersion"], body["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
     assert body["response"]["uid"] == UID
@@ -73,8 +73,8 @@ def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def answer(body: dict[str, Any], snapshot: Snapshot, *, settings: Settings | None = None,
-           operation: admission.Operation = "mutate", cache_problem: str | None = None) -> admission.Outcome:
-    return admission.answer(admission.parse_review(body), snapshot=snapshot, settings=settings or Settings(),
+           operation: pipeline.Operation = "mutate", cache_problem: str | None = None) -> pipeline.Outcome:
+    return pipeline.answer(pipeline.parse_review(body), snapshot=snapshot, settings=settings or Settings(),
                             operation=operation, cache_problem=cache_problem)
 
 
@@ -113,8 +113,8 @@ def _with(**fields: Any) -> dict[str, Any]:
     ],
 )
 def test_parse_review_refuses_malformed_reviews(body: Any, fragment: str) -> None:
-    with pytest.raises(admission.BadReview, match=fragment.replace(".", r"\.")):
-        admission.parse_review(body)
+    with pytest.raises(pipeline.BadReview, match=fragment.replace(".", r"\.")):
+        pipeline.parse_review(body)
 
 
 def _nested(levels: int, *, arrays: bool = False) -> dict[str, Any]:
@@ -130,24 +130,24 @@ def _nested(levels: int, *, arrays: bool = False) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "levels, arrays, refused",
     [
-        pytest.param(admission.MAX_NESTING_DEPTH, False, False, id="nesting at the limit is accepted"),
-        pytest.param(admission.MAX_NESTING_DEPTH + 1, False, True, id="one object level over the limit is refused"),
-        pytest.param(admission.MAX_NESTING_DEPTH + 1, True, True, id="arrays count as levels too"),
+        pytest.param(pipeline.MAX_NESTING_DEPTH, False, False, id="nesting at the limit is accepted"),
+        pytest.param(pipeline.MAX_NESTING_DEPTH + 1, False, True, id="one object level over the limit is refused"),
+        pytest.param(pipeline.MAX_NESTING_DEPTH + 1, True, True, id="arrays count as levels too"),
         pytest.param(900, False, True, id="900 levels are refused early, not a recursion error later"),
     ],
 )
 def test_parse_review_bounds_the_nesting(levels: int, arrays: bool, refused: bool) -> None:
     body = _nested(levels, arrays=arrays)
     if refused:
-        with pytest.raises(admission.BadReview, match=f"more than {admission.MAX_NESTING_DEPTH} levels deep"):
-            admission.parse_review(body)
+        with pytest.raises(pipeline.BadReview, match=f"more than {pipeline.MAX_NESTING_DEPTH} levels deep"):
+            pipeline.parse_review(body)
     else:
-        assert admission.parse_review(body).uid == UID
+        assert pipeline.parse_review(body).uid == UID
 
 
 def test_parse_review_keeps_unknown_fields_and_allows_delete_without_object() -> None:
     body = _with(operation="DELETE", object=None, newFieldFromAFutureRelease={"x": 1})
-    request = admission.parse_review(body)
+    request = pipeline.parse_review(body)
     assert (request.uid, request.operation, request.obj, request.namespace) == (UID, "DELETE", None, NS)
 
 
@@ -281,7 +281,7 @@ def _too_big() -> dict[str, Any]:
     ],
 )
 def test_answer_applies_the_decision_and_enforcement(
-    obj: dict[str, Any], snapshot: Snapshot, settings: Settings, operation: admission.Operation,
+    obj: dict[str, Any], snapshot: Snapshot, settings: Settings, operation: pipeline.Operation,
     want_outcome: str, want_allowed: bool,
 ) -> None:
     got = answer(review(obj), snapshot, settings=settings, operation=operation)
@@ -346,7 +346,7 @@ def test_placement_compares_the_labels_policies_can_read(change: dict[str, Any],
     assert master.leader_labels, "kubeflow v1 labels the coordinator's pod 0 job-role=master"
     changed = dataclasses.replace(group, replicas=tuple(
         dataclasses.replace(r, **change) if r.key == "Master" else r for r in group.replicas))
-    assert (admission._placement(group) == admission._placement(changed)) is unchanged
+    assert (pipeline._placement(group) == pipeline._placement(changed)) is unchanged
 
 
 def test_dry_run_gets_the_same_answer_and_is_flagged_for_the_caller() -> None:

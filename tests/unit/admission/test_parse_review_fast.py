@@ -1,6 +1,6 @@
 """parse_review's plain path reads a request exactly as the AdmissionRequest schema does.
 
-`admission._plain_request` skips the schema for requests written the way the apiserver writes them;
+`pipeline._plain_request` skips the schema for requests written the way the apiserver writes them;
 everything else goes to the schema (`_validated_request`), which also words the refusals. Random
 requests, from well-formed to subtly mistyped, must get the same ReviewRequest or the same refusal
 either way, and the plain path must really be the one a usual review takes.
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.http import admission
+from app.admission import pipeline
 from app.models.admission import ReviewRequest
 
 LAB_REVIEW = json.loads((Path(__file__).resolve().parents[2] / "data" / "reviews" / "lab-pytorchjob-create.json")
@@ -66,36 +66,36 @@ def _outcome(read: Any, raw: dict[str, Any]) -> ReviewRequest | str:
     try:
         result: ReviewRequest = read(raw)
         return result
-    except admission.BadReview as e:
+    except pipeline.BadReview as e:
         return f"refused: {e}"
 
 
 @settings(max_examples=3000, deadline=None)
 @given(raw=requests())
 def test_the_plain_path_reads_what_the_schema_reads(raw: dict[str, Any]) -> None:
-    plain = admission._plain_request(raw)
-    reference = _outcome(admission._validated_request, raw)
+    plain = pipeline._plain_request(raw)
+    reference = _outcome(pipeline._validated_request, raw)
     if plain is not None:
         assert plain == reference
     body = {**LAB_REVIEW, "request": raw}
-    assert _outcome(admission.parse_review, body) == _outcome(
+    assert _outcome(pipeline.parse_review, body) == _outcome(
         lambda b: _reference_parse(b), body)
 
 
 def _reference_parse(body: dict[str, Any]) -> ReviewRequest:
     """parse_review with the schema alone (the plain path switched off)."""
-    original = admission._plain_request
-    admission._plain_request = lambda raw: None
+    original = pipeline._plain_request
+    pipeline._plain_request = lambda raw: None
     try:
-        return admission.parse_review(body)
+        return pipeline.parse_review(body)
     finally:
-        admission._plain_request = original
+        pipeline._plain_request = original
 
 
 @pytest.mark.parametrize("review", ["lab-pytorchjob-create.json"])
 def test_a_review_as_the_apiserver_sends_it_takes_the_plain_path(review: str) -> None:
     raw = json.loads((Path(__file__).resolve().parents[2] / "data" / "reviews" / review).read_text())["request"]
-    plain = admission._plain_request(raw)
+    plain = pipeline._plain_request(raw)
     assert plain is not None
-    assert plain == admission._validated_request(raw)
+    assert plain == pipeline._validated_request(raw)
     assert (plain.uid, plain.operation, plain.kind.kind) == (raw["uid"], "CREATE", raw["kind"]["kind"])

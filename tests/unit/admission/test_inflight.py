@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.admission import pipeline
+from app.admission.inflight import InFlight
 from app.cache import projections
 from app.config import Settings
 from app.engine import ledger
-from app.http import admission
-from app.http.inflight import InFlight
 from app.models.cluster import Snapshot
 from tests.builders import (
     GPU,
@@ -58,20 +58,20 @@ def job(name: str, *, suspend: bool = False) -> dict[str, Any]:
     return raw
 
 
-def review(obj: dict[str, Any], *, dry_run: bool = False, uid: str = "u") -> admission.ReviewRequest:
+def review(obj: dict[str, Any], *, dry_run: bool = False, uid: str = "u") -> pipeline.ReviewRequest:
     gvk = {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}
-    return admission.parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    return pipeline.parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": uid, "kind": gvk, "resource": {**gvk, "resource": "pytorchjobs"}, "name": obj["metadata"]["name"],
         "namespace": NS, "operation": "CREATE", "object": obj, "dryRun": dry_run}})
 
 
-def zone_of(outcome: admission.Outcome) -> str | None:
+def zone_of(outcome: pipeline.Outcome) -> str | None:
     return outcome.decision.zone if outcome.decision else None
 
 
 def admit(flight: InFlight, snapshot: Snapshot, obj: dict[str, Any], *, operation: str = "mutate",
           dry_run: bool = False) -> str | None:
-    outcome = admission.answer(review(obj, dry_run=dry_run), snapshot=snapshot, settings=Settings(),
+    outcome = pipeline.answer(review(obj, dry_run=dry_run), snapshot=snapshot, settings=Settings(),
                                operation=operation, in_flight=flight)  # type: ignore[arg-type]
     return zone_of(outcome)
 

@@ -97,7 +97,8 @@ def _review(
 ) -> dict[str, Any]:
     """The wire form of `AdmissionReview(response=AdmissionResponse(...)).to_wire()`, built directly: the
     same keys in the same order, unset fields omitted (the models stay the schema; building and dumping
-    them costs ~10 µs per review, a dict literal under 1 µs; tests/unit/http/test_responses.py checks they agree)."""
+    them costs ~10 µs per review, a dict literal under 1 µs; tests/unit/admission/test_responses.py checks
+    they agree)."""
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if status is not None:
         response["status"] = status

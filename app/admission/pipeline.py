@@ -46,10 +46,10 @@ import orjson
 from pydantic import ValidationError
 
 from app import engine, jobs
+from app.admission import responses
+from app.admission.inflight import InFlight
 from app.config import Settings
 from app.engine import lead, patches
-from app.http import responses
-from app.http.inflight import InFlight
 from app.jobs import status as job_status
 from app.models import labels
 from app.models.admission import API_VERSION, KIND, AdmissionRequest, RequestKind, ReviewRequest
@@ -157,7 +157,7 @@ def _plain_request(raw: Mapping[str, Any]) -> ReviewRequest | None:
 
     The way the apiserver writes one: a dict whose fields hold exactly the JSON types the schema wants
     (strings, objects with string keys, a boolean dryRun), so the schema would take every value as it
-    is. tests/unit/http/test_parse_review_fast.py holds the two equal.
+    is. tests/unit/admission/test_parse_review_fast.py holds the two equal.
     """
     if type(raw) is not dict or not _PYTHON_NAMES.isdisjoint(raw):
         return None
