@@ -46,6 +46,11 @@ class Shape:
 
     checker: FlowChecker
     fits: dict[bool, tuple[zones.ZoneFit, ...]] = field(default_factory=dict)
+    # Per (strictness, zone): what a zone's row owes to the shape and the snapshot alone, never to the
+    # reservations (`_zone_basis`); only the reservations change from one review of the shape to the next.
+    rows: dict[tuple[bool, str], _ZoneBasis] = field(default_factory=dict)
+    # Per (strictness, suspended, zone): the same for the zone's capacity (`_capacity_basis`).
+    capacity: dict[tuple[bool, bool, str], _CapacityBasis] = field(default_factory=dict)
 
 
 @dataclass
@@ -197,39 +202,72 @@ def _gpu_kinds(group: JobGroup) -> frozenset[str]:
     return frozenset(k for r in group.replicas for k, n in r.gpus.items() if n > 0)
 
 
+@dataclass(frozen=True)
+class _CapacityBasis:
+    """What `fit_capacity` reads of the group's shape and the snapshot, worked out once per shape."""
+
+    fit: zones.ZoneFit  # the fit it was worked out for (a basis serves that fit only)
+    kinds: frozenset[str]  # the GPU resources the group asks for
+    needed: int
+    head: str  # "<prefix>N GPUs (breakdown)"; "" when no pod asks for GPUs
+    never: str  # the text when not even the allocatable GPUs take the pods, else ""
+    packs_now: bool  # the pods fit the free GPUs node by node
+    largest: int  # the most GPUs free on one node of the pools
+
+
+def _capacity_basis(run: Run, fit: zones.ZoneFit) -> _CapacityBasis:
+    key = (run.strict, run.suspended, fit.zone)
+    found = run.shape.capacity.get(key)
+    if found is not None and found.fit is fit:
+        return found
+    demands = _demands(run, fit)
+    kinds = _gpu_kinds(run.group)
+    if not demands:
+        basis = _CapacityBasis(fit, kinds, 0, "", "", True, 0)
+    else:
+        needed = gpus_needed(run.group)
+        head = f"{CAPACITY_PREFIX}{needed} GPUs ({_gpu_breakdown(run.group)})"
+        never = ""
+        if capacity.pack_memoized(run.snapshot, demands, basis="allocatable") is not None:
+            never = f"{head}, {fit.gpus_allocatable} allocatable on the nodes it can use"
+            if fit.gpus_allocatable >= needed:
+                most = max((sum(n for _, n in s.total_shape) for d in demands for p in d.pools for s in p.nodes),
+                           default=0)
+                never += f", but they do not fit node by node even with nothing running (at most {most} on one node)"
+        packs_now = not never and not run.suspended and capacity.pack_memoized(run.snapshot, demands) is None
+        largest = capacity.largest_free(pool for d in demands for pool in d.pools)
+        basis = _CapacityBasis(fit, kinds, needed, head, never, packs_now, largest)
+    run.shape.capacity[key] = basis
+    return basis
+
+
 def fit_capacity(run: Run, fit: zones.ZoneFit) -> CapacityFit:
     """The zone's capacity for the group (DESIGN.md "Busy is not blocked").
 
     now: the pods fit the free GPUs node by node, and the zone's free GPUs less its reservations
     cover the job; wait: they fit the allocatable GPUs of the nodes they can use (once running work
     ends); never: not even that. A suspended group is judged on allocatable GPUs only (it waits for
-    its queue and reserves nothing until it runs).
+    its queue and reserves nothing until it runs). Only the reservations are read per call; the rest
+    is the shape's (`_capacity_basis`).
     """
-    demands = _demands(run, fit)
-    reserved = run.reserved.in_zone(fit.zone, _gpu_kinds(run.group))
-    if not demands:
+    basis = _capacity_basis(run, fit)
+    reserved = run.reserved.in_zone(fit.zone, basis.kinds)
+    if not basis.head:
         return CapacityFit("now", reserved, "")
-    needed = gpus_needed(run.group)
-    head = f"{CAPACITY_PREFIX}{needed} GPUs ({_gpu_breakdown(run.group)})"
-    if capacity.pack_memoized(run.snapshot, demands, basis="allocatable") is not None:
-        text = f"{head}, {fit.gpus_allocatable} allocatable on the nodes it can use"
-        if fit.gpus_allocatable >= needed:
-            most = max((sum(n for _, n in s.total_shape) for d in demands for p in d.pools for s in p.nodes), default=0)
-            text += f", but they do not fit node by node even with nothing running (at most {most} on one node)"
-        return CapacityFit("never", reserved, text)
+    if basis.never:
+        return CapacityFit("never", reserved, basis.never)
     if run.suspended:
-        note = f"{head}: suspended, so placed by the {fit.gpus_allocatable} allocatable GPUs; it reserves nothing"
+        note = (f"{basis.head}: suspended, so placed by the {fit.gpus_allocatable} allocatable GPUs; "
+                "it reserves nothing")
         return CapacityFit("wait", reserved, note)
-    packs_now = capacity.pack_memoized(run.snapshot, demands) is None
     left = fit.gpus_free - reserved
-    if packs_now and left >= needed:
+    if basis.packs_now and left >= basis.needed:
         return CapacityFit("now", reserved, "")
-    text = f"{head}, {max(left, 0)} free"
+    text = f"{basis.head}, {max(left, 0)} free"
     if reserved:
         text += f" ({fit.gpus_free} on the nodes, {reserved} reserved by admitted jobs)"
-    if left >= needed:
-        largest = capacity.largest_free(pool for d in demands for pool in d.pools)
-        text += f", but they do not fit node by node (at most {largest} free on one node)"
+    if left >= basis.needed:
+        text += f", but they do not fit node by node (at most {basis.largest} free on one node)"
     return CapacityFit("wait", reserved, text)
 
 
@@ -267,18 +305,41 @@ def _static_label_hints(run: Run, zone: str, overrides: Mapping[str, str]) -> li
     ]
 
 
-def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
-    """One zone's row of the map: placement problems, capacity, every flow's verdict, eligibility."""
+@dataclass(frozen=True)
+class _ZoneBasis:
+    """What a zone's row reads of the group's shape and the snapshot (not of the reservations)."""
+
+    fit: zones.ZoneFit  # the fit it was worked out for (a basis serves that fit only)
+    checks: tuple[FlowCheck, ...]
+    network: str
+    flow_problems: tuple[str, ...]  # the flows not allowed, and the label hints of a blocked zone
+
+
+def _zone_basis(run: Run, fit: zones.ZoneFit) -> _ZoneBasis:
+    key = (run.strict, fit.zone)
+    found = run.shape.rows.get(key)
+    if found is not None and found.fit is fit:
+        return found
     overrides = run.overrides(fit.zone)
     checks, network = run.checker.check(overrides, run.ranges(fit.zone))
+    problems = [describe_check(c) for c in checks if c.verdict.verdict != "allow"]
+    if network == "deny":
+        problems += _static_label_hints(run, fit.zone, overrides)
+    basis = _ZoneBasis(fit, tuple(checks), network, tuple(problems))
+    run.shape.rows[key] = basis
+    return basis
+
+
+def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
+    """One zone's row of the map: placement problems, capacity, every flow's verdict, eligibility."""
+    basis = _zone_basis(run, fit)
     problems = list(fit.problems)
     cap = fit_capacity(run, fit) if not problems else CapacityFit("", 0, "")
     if not problems and not _takes(run, cap):
         problems.append(cap.text)
     fits = not problems
-    problems += [describe_check(c) for c in checks if c.verdict.verdict != "allow"]
-    if network == "deny":
-        problems += _static_label_hints(run, fit.zone, overrides)
+    problems += basis.flow_problems
+    network = basis.network
     return ZoneReport(
         zone=fit.zone,
         gpu_nodes=fit.gpu_nodes,
@@ -286,7 +347,7 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
         gpus_needed=gpus_needed(run.group),
         fits=fits,
         network=network,
-        flows=checks,
+        flows=basis.checks,
         problems=tuple(sorted(problems)),
         eligible=fits and network == "allow",
         capacity=cap.state,

@@ -181,6 +181,32 @@ def test_the_memo_never_serves_a_decision_made_with_other_holds() -> None:
     assert after.known is before  # the same holds (none) share the entry again
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    burst=st.lists(st.tuples(st.sampled_from(["zone-a", "zone-c"]), st.integers(0, 24)), min_size=1, max_size=8),
+    workers=st.integers(0, 4),
+    strategy=st.sampled_from(["most-free", "binpack"]),
+    policy=st.sampled_from(["wait", "refuse"]),
+    suspended=st.booleans(),
+)
+def test_a_shape_decided_again_under_other_holds_is_decided_as_if_for_the_first_time(
+    burst: list[tuple[str, int]], workers: int, strategy: str, policy: str, suspended: bool
+) -> None:
+    # One snapshot keeps what a job's shape shares (verdicts, fits, each zone's row but its reservations); a
+    # fresh snapshot per review shares nothing. Under every growing set of holds the two decide alike.
+    settings_ = Settings(zone_strategy=strategy, capacity_policy=policy)
+    shared = three_zones()
+    group = newcomer(workers=workers)
+    holds: list[ledger.Hold] = []
+    for i, (zone, gpus) in enumerate(burst):
+        holds.append(in_flight(f"burst-{i}", zone, gpus))
+        totals = in_flight_totals(holds, job=engine.job_key(group))
+        again = engine.pending("decide", group, shared, settings_, suspended=suspended, in_flight=totals).result()
+        first = engine.pending("decide", group, three_zones(), settings_, suspended=suspended,
+                               in_flight=totals).result()
+        assert again == first
+
+
 def test_reserved_for_costs_the_zones_not_the_jobs() -> None:
     # 5,000 stored jobs all pinned to zone-a: the per-decision view is the ledger's per-zone totals.
     jobs = [pytorchjob(f"job-{i}", workers=0, gpus=1) for i in range(5000)]
