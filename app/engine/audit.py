@@ -45,7 +45,7 @@ from app.engine import capacity, ledger, memo
 from app.engine.flows import blocking_reasons
 from app.engine.gpus import gpu_kinds
 from app.models import pods as pods_model
-from app.models.cluster import JobInfo, PodInfo, Snapshot
+from app.models.cluster import JobInfo, PodInfo, Snapshot, pod_index
 from app.models.job import Flow, JobShape, RoleShape
 from app.models.network import Endpoint, PortRange, Verdict
 
@@ -219,7 +219,7 @@ class _Pass:
             node_zones={n.name: n.labels.get(label, "") for n in snapshot.nodes},
             read=memo.keys_read(snapshot),
             pods=ledger.job_pods(snapshot),
-            groups=pods_model.pod_index(snapshot).groups,
+            groups=pod_index(snapshot).groups,
             agent=policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement()),
             index=capacity.zone_index(snapshot, zone_label=label, gpu_resources=settings.gpu_resources,
                                       gpu_device_classes=settings.gpu_device_classes),

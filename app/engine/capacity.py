@@ -29,9 +29,9 @@ from typing import Literal
 
 from app.engine.devices import DeviceInventory
 from app.engine.gpus import DEFAULT_GPU_DEVICE_CLASSES, dra_key, gpu_kinds, inventory_of
-from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, canonical, freeze
+from app.models.cluster import IdentityMemo, NodeInfo, Snapshot, Taint, canonical, freeze, pod_index
 from app.models.labels import HOSTNAME_LABEL
-from app.models.pods import PodIndex, pod_index
+from app.models.pods import PodIndex
 
 EMPTY_COUNTS: Mapping[str, int] = freeze({})
 _NO_SELECTION: Mapping[str, str] = freeze({})

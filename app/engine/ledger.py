@@ -30,7 +30,7 @@ from types import MappingProxyType
 
 from app.engine.gpus import gpu_kinds
 from app.models import pods as pods_model
-from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, add_counts, canonical, freeze
+from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, add_counts, canonical, freeze, pod_index
 from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
@@ -145,7 +145,7 @@ def match_pods(
 def job_pods(snapshot: Snapshot) -> Mapping[JobKey, tuple[PodInfo, ...]]:
     """`match_pods` over every stored job of the snapshot, built once per snapshot (its cost: the jobs' pods)."""
     return snapshot.memo(
-        f"{LEDGER_MEMO_KEY}/pods", lambda s: MappingProxyType(match_pods(s.jobs, pods_model.pod_index(s).groups))
+        f"{LEDGER_MEMO_KEY}/pods", lambda s: MappingProxyType(match_pods(s.jobs, pod_index(s).groups))
     )
 
 
@@ -191,7 +191,7 @@ def _jobs_by_group(holding: tuple[JobInfo, ...]) -> Mapping[pods_model.GroupKey,
 def build_ledger(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     """Every stored job's reservation (see the module docstring)."""
     stored, holding = _stored(snapshot.jobs)
-    index = pods_model.pod_index(snapshot)
+    index = pod_index(snapshot)
     resources = canonical(tuple(gpu_resources))
     box = _LAST.get((resources,), list)
     last = box[0] if box else None  # NB: read once; another thread may replace it meanwhile

@@ -40,10 +40,9 @@ from app.config import Settings
 from app.engine import budget, memo
 from app.engine.audit import AuditPass, PodGroup, in_scope
 from app.engine.flows import SEVERITY, blocking_reasons
-from app.models.cluster import CIDRGroup, JobInfo, NetworkMemo, PodInfo, PolicyObject, Snapshot
+from app.models.cluster import CIDRGroup, JobInfo, NetworkMemo, PodInfo, PolicyObject, Snapshot, pod_index
 from app.models.job import Flow, JobShape
 from app.models.network import Endpoint, Reason, Verdict, VerdictKind
-from app.models.pods import pod_index
 from app.policy import agent as agents
 from app.policy.identity import identity_labels
 from app.policy.rules import Rule

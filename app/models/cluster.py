@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from app.models.dra import (
     ComputeDomainInfo,
@@ -21,11 +21,15 @@ from app.models.dra import (
     ResourceClaimTemplateInfo,
     ResourceSliceInfo,
 )
+from app.models.job import JobShape
 from app.models.labels import ENABLED_LABEL
+from app.models.pods import ContainerPort as ContainerPort
+from app.models.pods import PodIndex, PodIndexBuilder
+from app.models.pods import PodInfo as PodInfo
+from app.models.resources import add_counts as add_counts
 
-if TYPE_CHECKING:  # NB: app.models.job and app.models.pods import this module
-    from app.models.job import JobShape
-    from app.models.pods import PodIndex
+# This module sits above job.py and pods.py (neither imports it: no cycle in app/models, docs/architecture.md).
+# ContainerPort, PodInfo (pods.py) and add_counts (resources.py) stay importable from here, as they were.
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -37,16 +41,6 @@ EMPTY: Mapping[str, str] = MappingProxyType({})
 def freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """A read-only copy of `mapping` (an empty mapping for None)."""
     return MappingProxyType(dict(mapping or {}))
-
-
-def add_counts(target: dict[str, int], counts: Mapping[str, int], sign: int) -> None:
-    """`target` += `sign` x `counts`, per key; a key whose count reaches zero is dropped."""
-    for key, count in counts.items():
-        left = target.get(key, 0) + sign * count
-        if left:
-            target[key] = left
-        else:
-            target.pop(key, None)
 
 
 class BoundedMemo(Generic[K, V]):
@@ -163,32 +157,6 @@ class ConfigMapInfo:
     name: str
     data: Mapping[str, str]
     labels: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class ContainerPort:
-    port: int
-    protocol: str = "TCP"  # TCP | UDP | SCTP
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    name: str
-    namespace: str
-    labels: Mapping[str, str]
-    service_account: str
-    node_name: str  # "" when not bound
-    phase: str  # Pending | Running | Succeeded | Failed | Unknown | ""
-    requests: Mapping[str, int]  # extended resources the pod holds (max of init, sum of containers)
-    ports: tuple[ContainerPort, ...]
-    host_network: bool
-    ips: tuple[str, ...]
-    owner: tuple[str, str] = ("", "")  # (kind, name) of its controller ownerReference, when it has one
-
-    @property
-    def terminal(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -365,3 +333,14 @@ class Snapshot:
     def namespace_labels(self, name: str) -> Mapping[str, str]:
         ns = self.namespaces.get(name)
         return ns.labels if ns else MappingProxyType({"kubernetes.io/metadata.name": name})
+
+
+INDEX_MEMO_KEY = "pods.index"
+
+
+def pod_index(snapshot: Snapshot) -> PodIndex:
+    """The snapshot's PodIndex: the one the watch cache kept, else built once over its pods."""
+    kept = snapshot.pod_index
+    if kept is not None:
+        return kept
+    return snapshot.memo(INDEX_MEMO_KEY, lambda s: PodIndexBuilder.of(s.pods).freeze())

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.models.cluster import ContainerPort
 from app.models.dra import PodClaimRef
 from app.models.network import PortRange
+from app.models.pods import ContainerPort
 
 RawJob = Mapping[str, Any]
 

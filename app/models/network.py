@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.models.cluster import ContainerPort
+from app.models.pods import ContainerPort
 
 _PORT_RANGE = re.compile(r"([0-9]{1,5}) *(?:- *([0-9]{1,5}))?")
 

@@ -1,4 +1,5 @@
-"""What decisions read of a snapshot's pods, kept as pods come and go rather than recomputed per snapshot.
+"""The pods of a snapshot: what it keeps of each (`PodInfo`, with its `ContainerPort`s), and what decisions
+read of them all, kept as pods come and go rather than recomputed per snapshot.
 
 PURE. A 5,000-node cluster keeps tens of thousands of pods in the snapshot (bound GPU pods, training
 jobs' pods) and changes hundreds of them a second. Three readers need the pods only through
@@ -8,10 +9,10 @@ the policy index (which numbers a named port stands for). `PodIndexBuilder` keep
 date one pod at a time (`add`/`remove`, costs the pod's size); `freeze()` gives the immutable
 `PodIndex` a snapshot carries, at the cost of copying the top-level maps (nodes, groups), never a pass
 over the pods. The watch cache keeps a builder per pod list; a snapshot read from files builds one over
-all its pods (`PodIndexBuilder.of`), so both go through the same code. Each frozen index also says which
-groups and which nodes' held resources changed since its builder's previous one (`changes_since`), so a
-reader that derives something per group or node from the previous snapshot redoes only those
-(engine/ledger.py, engine/capacity.py).
+all its pods (`PodIndexBuilder.of`, in `cluster.pod_index`), so both go through the same code. Each frozen
+index also says which groups and which nodes' held resources changed since its builder's previous one
+(`changes_since`), so a reader that derives something per group or node from the previous snapshot redoes
+only those (engine/ledger.py, engine/capacity.py).
 """
 
 from __future__ import annotations
@@ -21,14 +22,40 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from app.models.cluster import PodInfo, Snapshot, add_counts
 from app.models.labels import JOBSET_NAME_LABEL, KF_JOB_NAME
+from app.models.resources import add_counts
 
 # The operators' job-name pod labels (`JobInfo.pod_label` is one of these).
 JOB_POD_LABELS = (KF_JOB_NAME, JOBSET_NAME_LABEL)
 OWNER_PREFIX = "owner:"  # a group key's middle part for the pods whose controller is the job: "owner:<kind>"
 
 GroupKey = tuple[str, str, str]  # (namespace, label key or OWNER_PREFIX + kind, value or name)
+
+
+@dataclass(frozen=True)
+class ContainerPort:
+    port: int
+    protocol: str = "TCP"  # TCP | UDP | SCTP
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+    service_account: str
+    node_name: str  # "" when not bound
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown | ""
+    requests: Mapping[str, int]  # extended resources the pod holds (max of init, sum of containers)
+    ports: tuple[ContainerPort, ...]
+    host_network: bool
+    ips: tuple[str, ...]
+    owner: tuple[str, str] = ("", "")  # (kind, name) of its controller ownerReference, when it has one
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -170,14 +197,3 @@ class PodIndexBuilder:
             )
             self._serial, self._dirty, self._dirty_nodes = serial, set(), set()
         return self._frozen
-
-
-INDEX_MEMO_KEY = "pods.index"
-
-
-def pod_index(snapshot: Snapshot) -> PodIndex:
-    """The snapshot's PodIndex: the one the watch cache kept, else built once over its pods."""
-    kept = snapshot.pod_index
-    if kept is not None:
-        return kept
-    return snapshot.memo(INDEX_MEMO_KEY, lambda s: PodIndexBuilder.of(s.pods).freeze())

@@ -128,3 +128,13 @@ def node_resources(resources: Mapping[str, Any]) -> dict[str, int]:
         if amount is not None:
             out[name] = scheduler_units(name, amount)
     return out
+
+
+def add_counts(target: dict[str, int], counts: Mapping[str, int], sign: int) -> None:
+    """`target` += `sign` x `counts`, per key; a key whose count reaches zero is dropped."""
+    for key, count in counts.items():
+        left = target.get(key, 0) + sign * count
+        if left:
+            target[key] = left
+        else:
+            target.pop(key, None)

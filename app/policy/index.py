@@ -18,8 +18,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.models.cluster import CIDRGroup, IdentityMemo, PolicyObject, Snapshot
-from app.models.pods import pod_index
+from app.models.cluster import CIDRGroup, IdentityMemo, PolicyObject, Snapshot, pod_index
 from app.policy.cilium import CCNP, CNP, compile_cilium
 from app.policy.kcnp import KIND as KCNP
 from app.policy.kcnp import compile_kcnp
