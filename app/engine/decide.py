@@ -51,6 +51,8 @@ class Shape:
     rows: dict[tuple[bool, str], _ZoneBasis] = field(default_factory=dict)
     # Per (strictness, suspended, zone): the same for the zone's capacity (`_capacity_basis`).
     capacity: dict[tuple[bool, bool, str], _CapacityBasis] = field(default_factory=dict)
+    # Per strictness: the candidate zones and what `_decide` says whatever the reservations (`_plan`).
+    plans: dict[bool, _Plan] = field(default_factory=dict)
 
 
 @dataclass
@@ -386,7 +388,7 @@ def conflict_reason(run: Run, fits: Sequence[zones.ZoneFit]) -> str:
     return zones.describe_conflict(run.group, zones_of, run.settings.zone_label)
 
 
-def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> tuple[int, Fraction, str]:
+def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> tuple[int, int | Fraction, str]:
     """Order of the eligible zones, best first: fits now before waits; among zones that fit now the
     strategy (`most-free` or `binpack` on free GPUs less reservations); among zones where the job
     waits, the most free relative to the zone's size: free less reservations (below zero once
@@ -394,11 +396,11 @@ def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> t
     proportion to their GPUs and each zone's backlog drains in about the same time. A suspended job
     ranks by allocatable GPUs."""
     if suspended:
-        size = Fraction(report.gpus_allocatable)
+        size = report.gpus_allocatable
         return (0, size if strategy == "binpack" else -size, report.zone)
     value = report.gpus_free - report.gpus_reserved
     if report.capacity == "now":
-        return (0, Fraction(value if strategy == "binpack" else -value), report.zone)
+        return (0, value if strategy == "binpack" else -value, report.zone)
     return (1, -Fraction(value, max(report.gpus_allocatable, 1)), report.zone)
 
 
@@ -549,7 +551,7 @@ def _decide_clique(run: Run) -> Decision:
     assert devices is not None
     label, pinned = run.settings.clique_label, devices.domain_replicas
     cliques = _cliques(run)
-    best: tuple[tuple[int, Fraction, str], Decision, str] | None = None
+    best: tuple[tuple[int, int | Fraction, str], Decision, str] | None = None
     for zone, clique, _ in cliques:
         group = dataclasses.replace(run.group, replicas=tuple(
             _in_clique(r, label, clique, devices.domain_uid) if r.key in pinned else r for r in run.group.replicas))
@@ -576,15 +578,42 @@ def _decide_clique(run: Run) -> Decision:
                                summary=f"{decision.summary} clique={clique}")
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What `_decide` reads of the group's shape and the snapshot alone, worked out once per shape and strictness:
+    the zones' fits, the candidates, the conflict; only the reservations change between two reviews of a shape.
+    (The warnings are read after the flows are checked: the checker notes there what it could not enumerate.)"""
+
+    fits: tuple[zones.ZoneFit, ...]
+    candidates: tuple[zones.ZoneFit, ...]
+    excluded: dict[str, tuple[str, ...]]
+    conflict: str
+    # Tolerations per tuple of zones the pods may spread over (one or two tuples per shape in practice).
+    tolerations: dict[tuple[str, ...], dict[str, tuple[Mapping[str, Any], ...]]] = field(default_factory=dict)
+
+
+def _plan(run: Run) -> _Plan:
+    found = run.shape.plans.get(run.strict)
+    if found is not None:
+        return found
+    fits = fit_zones(run)
+    plan = _Plan(
+        fits=fits,
+        candidates=tuple(f for f in fits if f.anchored),
+        excluded={f.zone: f.problems for f in fits if not f.anchored},
+        conflict=conflict_reason(run, fits),
+    )
+    run.shape.plans[run.strict] = plan
+    return plan
+
+
 def _decide(run: Run) -> Decision:
     settings, suspended = run.settings, run.suspended
     if run.problems:
         unjudged = tuple(f"cannot judge where its GPUs are: {p}" for p in run.problems)
         return Decision(False, None, (), unjudged, warnings=warnings_for(run), summary=summarize(None, run, ()))
-    fits = fit_zones(run)
-    candidates = [f for f in fits if f.anchored]
-    excluded = {f.zone: f.problems for f in fits if not f.anchored}
-    conflict = conflict_reason(run, fits)
+    plan = _plan(run)
+    fits, candidates, excluded, conflict = plan.fits, plan.candidates, plan.excluded, plan.conflict
     if not candidates:
         reasons = {*_no_candidates(run, fits), *([conflict] if conflict else [])}
         return Decision(
@@ -617,13 +646,15 @@ def _decide(run: Run) -> Decision:
         # Pods carry the chosen zone's identity label, so only that zone is open for them.
         open_zones = (chosen.zone,)
     spread_over = open_zones if settings.mode == "colocate" else (chosen.zone,)
-    by_zone = {f.zone: f for f in fits}
+    tolerations = plan.tolerations.get(spread_over)
+    if tolerations is None:
+        tolerations = plan.tolerations[spread_over] = _tolerations(run, {f.zone: f for f in fits}, spread_over)
     return Decision(
         allowed=True,
         zone=chosen.zone,
         zones=reports,
         reasons=(),
-        tolerations=_tolerations(run, by_zone, spread_over),
+        tolerations=tolerations,
         labels={settings.zone_identity_label: chosen.zone} if settings.zone_identity_label else {},
         open_zones=open_zones,
         warnings=capacity_warnings(chosen, run) + warnings_for(run),
