@@ -269,9 +269,10 @@ def answer(
 class Prepared:
     """A review taken as far as the engine's decision (`prepare`); `result()` finishes it.
 
-    `cheap` says whether finishing costs microseconds (the answer is known, or the decision is in the
-    snapshot's memo) or may take milliseconds and more (a decision to compute): the server finishes
-    cheap ones at once and runs the others where its deadline can be kept.
+    `cheap` says whether finishing costs microseconds (the answer is known, the decision is in the
+    snapshot's memo, or only its reservations are new: `engine.Pending.cheap`) or may take milliseconds and
+    more (a decision to compute): the server finishes cheap ones at once and runs the others where its
+    deadline can be kept.
     """
 
     def __init__(self, request: ReviewRequest, kind: str, step: Outcome | Callable[[], Outcome], *,
@@ -444,7 +445,7 @@ def _prepare_checked(
             _hold(in_flight, group, outcome, request.uid)
         return outcome
 
-    return Prepared(request, kind, finish, cheap=pending.known is not None)
+    return Prepared(request, kind, finish, cheap=pending.cheap)
 
 
 def _finish(

@@ -31,6 +31,14 @@ class Pending:
     settings: Settings
     reserved: ledger.Reserved | None = None
     suspended: bool = False
+    # A decision of this shape was made on this snapshot already (`Shape.warm`): computing this one only
+    # counts the reservations (bounded by the zones, no policy is evaluated).
+    warm: bool = False
+
+    @property
+    def cheap(self) -> bool:
+        """Whether `result()` costs microseconds: the decision is known, or only its reservations are new."""
+        return self.known is not None or self.warm
 
     def result(self) -> Decision:
         if self.known is not None:
@@ -61,8 +69,12 @@ def pending(
     reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group),
                                    in_flight=in_flight)
     decisions = memo.memo_of(snapshot)
-    key = decisions.key(kind, group, snapshot, settings, colocated=colocated, capacity=(suspended, reserved.key))
-    return Pending(kind, key, decisions.get(key), group, snapshot, settings, reserved, suspended)
+    key, network = decisions.keys(kind, group, snapshot, settings, colocated=colocated,
+                                  capacity=(suspended, reserved.key))
+    known = decisions.get(key)
+    shape = memo.shape_of(network, snapshot) if known is None else None
+    warm = shape is not None and (kind == "validate", suspended) in shape.warm
+    return Pending(kind, key, known, group, snapshot, settings, reserved, suspended, warm)
 
 
 def decide(group: JobGroup, snapshot: Snapshot, settings: Settings, *, suspended: bool = False) -> Decision:

@@ -53,6 +53,16 @@ class Shape:
     capacity: dict[tuple[bool, bool, str], _CapacityBasis] = field(default_factory=dict)
     # Per strictness: the candidate zones and what `_decide` says whatever the reservations (`_plan`).
     plans: dict[bool, _Plan] = field(default_factory=dict)
+    # (strictness, suspended) of the decisions made on this shape that read nothing but the above and the
+    # reservations (no DRA devices to resolve, no NVLink cliques): another one costs microseconds (`is_warm`).
+    warm: set[tuple[bool, bool]] = field(default_factory=set)
+
+
+def mark_warm(run: Run, group: JobGroup) -> None:
+    """Note that a decision for `group` was made on `run`'s shape: the next one under other reservations only
+    counts them, unless the group's devices had to be resolved (`gpus.with_devices` gave another group)."""
+    if run.devices is not None and run.devices.group is group and not run.problems:
+        run.shape.warm.add((run.strict, run.suspended))
 
 
 @dataclass
@@ -507,7 +517,9 @@ def decide_fresh(
     run = start_run(group, snapshot, settings, strict=False, reserved=reserved, suspended=suspended)
     if run.devices is not None and run.devices.domain and not run.problems:
         return lead.with_lead(group, _decide_clique(run))
-    return lead.with_lead(group, _decide(run))
+    decision = lead.with_lead(group, _decide(run))
+    mark_warm(run, group)
+    return decision
 
 
 # Cliques tried per zone for a ComputeDomain job, most usable nodes first (an NVL72 rack is one clique of 18 nodes).

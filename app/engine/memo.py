@@ -207,6 +207,22 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
         parts = (*job, capacity)
         return DecisionKey((kind, settings, colocated, parts), hash((kind, settings_hash, colocated, parts)))
 
+    def keys(
+        self,
+        kind: Kind,
+        group: JobGroup,
+        snapshot: Snapshot,
+        settings: Settings,
+        *,
+        colocated: bool = False,
+        capacity: Hashable = (),
+    ) -> tuple[DecisionKey, DecisionKey]:
+        """(`key`, `network_key`), reading the group once."""
+        settings_hash, job = self._job(group, snapshot, settings)
+        parts = (*job, capacity)
+        return (DecisionKey((kind, settings, colocated, parts), hash((kind, settings_hash, colocated, parts))),
+                DecisionKey(("network", settings, job), hash(("network", settings_hash, job))))
+
     def network_key(self, group: JobGroup, snapshot: Snapshot, settings: Settings) -> DecisionKey:
         """What the flows' verdicts read of the job and the settings: the decision key without the kind,
         the colocation flag and the capacity. Jobs of one shape share their flow checker and zone fits
@@ -271,6 +287,12 @@ def per_shape(group: JobGroup, snapshot: Snapshot, settings: Settings, build: Ca
         found = build()
         shapes.put(key, found)
     return found
+
+
+def shape_of(network_key: DecisionKey, snapshot: Snapshot) -> Any:
+    """The shape kept under `network_key` on this snapshot (`per_shape`), or None: nothing is built."""
+    shapes: BoundedMemo[DecisionKey, Any] = snapshot.memo(SHAPES_MEMO_KEY, _new_shapes)
+    return shapes.get(network_key)
 
 
 def _new_shapes(_: Snapshot) -> BoundedMemo[DecisionKey, Any]:

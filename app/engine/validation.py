@@ -18,6 +18,7 @@ from app.engine.decide import (
     Run,
     conflict_reason,
     fit_zones,
+    mark_warm,
     report_zone,
     start_run,
     summarize,
@@ -85,7 +86,9 @@ def validate_fresh(
     shortfall is only a warning here: the pods would wait, not break.
     """
     run = start_run(group, snapshot, settings, strict=True, reserved=reserved, suspended=suspended)
-    return lead.with_lead(group, _validate(run))
+    decision = lead.with_lead(group, _validate(run))
+    mark_warm(run, group)
+    return decision
 
 
 def _validate(run: Run) -> Decision:

@@ -207,6 +207,21 @@ def test_a_shape_decided_again_under_other_holds_is_decided_as_if_for_the_first_
         assert again == first
 
 
+def test_a_shape_decided_once_is_cheap_to_decide_again_under_new_holds() -> None:
+    snapshot = three_zones()
+    group = newcomer()
+    first = engine.pending("decide", group, snapshot, Settings())
+    assert (first.known, first.cheap) == (None, False)  # nothing of its shape is known yet
+    first.result()
+
+    totals = in_flight_totals([in_flight("burst-1", "zone-a", 12)], job=engine.job_key(group))
+    held = engine.pending("decide", group, snapshot, Settings(), in_flight=totals)
+    assert held.known is None and held.cheap  # only the reservations are new
+    assert not engine.pending("decide", group, snapshot, Settings(), suspended=True, in_flight=totals).cheap
+    assert not engine.pending("validate", group, snapshot, Settings(), in_flight=totals).cheap
+    assert not engine.pending("decide", group, three_zones(), Settings(), in_flight=totals).cheap  # another snapshot
+
+
 def test_reserved_for_costs_the_zones_not_the_jobs() -> None:
     # 5,000 stored jobs all pinned to zone-a: the per-decision view is the ledger's per-zone totals.
     jobs = [pytorchjob(f"job-{i}", workers=0, gpus=1) for i in range(5000)]

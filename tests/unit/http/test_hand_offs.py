@@ -102,6 +102,16 @@ def test_a_small_review_is_decided_with_one_hand_off_and_answered_from_the_memo_
     assert len(decoded_on) == 2 and not any(t.startswith(("read", "decide")) for t in decoded_on)  # the loop's
 
 
+def test_a_new_job_of_a_shape_decided_before_is_decided_on_the_loop(
+    served: tuple[TestClient, Counted, list[str]],
+) -> None:
+    client, counted, _ = served
+    for i in range(3):  # each admitted job holds its GPUs, so each next decision is a new one
+        answer = post(client, review(name=f"llm-{i}", uid=f"u-{i}"))
+        assert answer["allowed"] and answer["patch"]
+    assert counted.hand_offs() == (0, 1)  # only the first job of the shape went to a decision worker
+
+
 def test_a_skipped_or_refused_small_review_never_leaves_the_loop(
     served: tuple[TestClient, Counted, list[str]],
 ) -> None:
