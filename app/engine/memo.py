@@ -191,22 +191,6 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
         # and two keys holding the same form object compare it by identity.
         self._flows_form: tuple[tuple[Flow, ...], tuple[tuple[Hashable, ...], ...]] | None = None
 
-    def key(
-        self,
-        kind: Kind,
-        group: JobGroup,
-        snapshot: Snapshot,
-        settings: Settings,
-        *,
-        colocated: bool = False,
-        capacity: Hashable = (),
-    ) -> DecisionKey:
-        """`decision_key`; `snapshot` is the one this memo belongs to. `capacity` holds what the decision
-        counts beyond the snapshot (whether the job is suspended, the reservations' `Reserved.key`)."""
-        settings_hash, job = self._job(group, snapshot, settings)
-        parts = (*job, capacity)
-        return DecisionKey((kind, settings, colocated, parts), hash((kind, settings_hash, colocated, parts)))
-
     def keys(
         self,
         kind: Kind,
@@ -217,7 +201,9 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
         colocated: bool = False,
         capacity: Hashable = (),
     ) -> tuple[DecisionKey, DecisionKey]:
-        """(`key`, `network_key`), reading the group once."""
+        """(`decision_key`, `network_key`), reading the group once. `snapshot` is the one this memo belongs to;
+        `capacity` holds what the decision counts beyond the snapshot (whether the job is suspended, the
+        reservations' `Reserved.key`)."""
         settings_hash, job = self._job(group, snapshot, settings)
         parts = (*job, capacity)
         return (DecisionKey((kind, settings, colocated, parts), hash((kind, settings_hash, colocated, parts))),
@@ -265,7 +251,7 @@ def decision_key(
     kind: Kind, group: JobGroup, snapshot: Snapshot, settings: Settings, *, colocated: bool = False
 ) -> DecisionKey:
     """Everything a decision of `kind` reads of the group (see the module docstring), with the settings."""
-    return memo_of(snapshot).key(kind, group, snapshot, settings, colocated=colocated)
+    return memo_of(snapshot).keys(kind, group, snapshot, settings, colocated=colocated)[0]
 
 
 SHAPES_MEMO_KEY = "engine.shapes"

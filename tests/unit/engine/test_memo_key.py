@@ -318,9 +318,9 @@ def test_keys_whose_hashes_collide_are_told_apart_by_settings_and_parts() -> Non
 
 def test_settings_that_hash_alike_still_get_their_own_entry() -> None:
     decisions, group = memo.DecisionMemo(), _group(BASE)
-    first = decisions.key("decide", group, SNAPSHOT, SETTINGS[0])
+    first = decisions.keys("decide", group, SNAPSHOT, SETTINGS[0])[0]
     decisions._settings_hash = (SETTINGS[2], hash(SETTINGS[0]))  # as if the two settings hashed alike
-    other = decisions.key("decide", group, SNAPSHOT, SETTINGS[2])
+    other = decisions.keys("decide", group, SNAPSHOT, SETTINGS[2])[0]
     assert hash(first) == hash(other)
     assert first != other
 
@@ -331,10 +331,10 @@ def test_a_flows_tuple_seen_before_is_read_once_and_others_are_still_told_apart(
     a = _group(BASE)
     b = dataclasses.replace(_group({**BASE, "name": "b"}), flows=a.flows)
     other = _group({**BASE, "flows": "rendezvous-29500"})
-    first = decisions.key("decide", a, SNAPSHOT, SETTINGS[0])
-    assert decisions.key("decide", b, SNAPSHOT, SETTINGS[0]) == first
-    assert decisions.key("decide", other, SNAPSHOT, SETTINGS[0]) != first
-    assert decisions.key("decide", a, SNAPSHOT, SETTINGS[0]) == first
+    first = decisions.keys("decide", a, SNAPSHOT, SETTINGS[0])[0]
+    assert decisions.keys("decide", b, SNAPSHOT, SETTINGS[0])[0] == first
+    assert decisions.keys("decide", other, SNAPSHOT, SETTINGS[0])[0] != first
+    assert decisions.keys("decide", a, SNAPSHOT, SETTINGS[0])[0] == first
 
 
 @pytest.mark.parametrize(
@@ -353,7 +353,7 @@ def test_parsed_jobs_share_a_key_exactly_when_they_did(worker: dict[str, Any], s
         jobs.parse_job(make_pytorchjob(name, namespace=NS, worker=template), gpu_resources=(GPU,))
         for name, template in (("a", base), ("b", base), ("c", worker), ("a", base))
     ]
-    new = [decisions.key("decide", g, SNAPSHOT, SETTINGS[0]) for g in groups]
+    new = [decisions.keys("decide", g, SNAPSHOT, SETTINGS[0])[0] for g in groups]
     old = [_tuple_key("decide", g, SETTINGS[0], colocated=False) for g in groups]
     assert (new[0] == new[1], new[0] == new[2], new[2] == new[3]) == (
         old[0] == old[1],
