@@ -15,11 +15,12 @@ slower generic `isinstance(x, Mapping)`, which still accepts any other mapping.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError, LazyPath, render_path
 from app.jobs.records import build_record
-from app.models.cluster import ContainerPort
+from app.models.cluster import BoundedMemo, ContainerPort
 from app.models.dra import PodClaimRef
 from app.models.job import UserPlacement
 from app.models.resources import gpu_matcher, parse_quantity, scheduler_units
@@ -436,13 +437,12 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
             gpu = is_gpu(name)
             if gpu and section == "requests" and name in out:
                 continue  # the limit wins
-            amount = parse_quantity(raw)
+            amount, units = _quantity(name, raw)
             if amount is None or (gpu and amount.denominator != 1):
                 why = ("must be a whole non-negative quantity" if gpu
                        else "must be a non-negative quantity (like 500m, 2Gi)")
                 problems.append(f"{section}\x00{name}\x00{why}")
                 continue
-            units = scheduler_units(name, amount)
             cap = MAX_GPUS_PER_CONTAINER if gpu else MAX_QUANTITY
             if units > cap:
                 problems.append(f"{section}\x00{name}\x00{float(amount):.3g} is more than any node has"
@@ -450,6 +450,33 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
                 continue
             out[name] = units
     return {r: n for r, n in out.items() if n > 0}, problems
+
+
+# Quantities as read, by (resource name, value as written): the templates of one job, and of most jobs, repeat a
+# few values ("16", "128Gi", 4), and reading one (a regular expression, then Fractions) costs more than the rest of
+# its container. Both are user data: the memo is bounded in entries, and only short ones are kept.
+QUANTITY_MEMO_SIZE = 4096
+_MEMO_NAME_CHARS = 253  # the longest resource name the apiserver takes (a DNS subdomain prefix + name)
+_MEMO_VALUE_CHARS = 32
+_QUANTITIES: BoundedMemo[tuple[str, str | int], tuple[Fraction | None, int]] = BoundedMemo(QUANTITY_MEMO_SIZE)
+
+
+def _quantity(name: str, raw: Any) -> tuple[Fraction | None, int]:
+    """(`raw` as a quantity or None when it is none, its `scheduler_units` for `name`), kept per name and
+    value for a short string or an int64 (exact types: `True` and `1.0` equal `1` but are read otherwise)."""
+    kind = type(raw)
+    memoized = len(name) <= _MEMO_NAME_CHARS and (
+        (kind is str and len(raw) <= _MEMO_VALUE_CHARS) or (kind is int and -(2**63) <= raw < 2**63)
+    )
+    if memoized:
+        found = _QUANTITIES.get((name, raw))
+        if found is not None:
+            return found
+    amount = parse_quantity(raw)
+    read = (amount, 0 if amount is None else scheduler_units(name, amount))
+    if memoized:
+        _QUANTITIES.put((name, raw), read)
+    return read
 
 
 def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> dict[str, int]:
