@@ -124,3 +124,50 @@ def test_memo_of_quantities_keeps_only_short_values(monkeypatch: pytest.MonkeyPa
     assert len(memo) == 0
     resource_amounts({"requests": {"cpu": "16", "memory": 4}}, ())
     assert len(memo) == 2
+
+
+def test_every_bad_field_of_a_template_is_named_in_reading_order() -> None:
+    """Structure first, then every container's name, every port, the account and host network, every request
+    (containers, init containers, overhead), placement and claims: the order users have always been shown."""
+    tpl = {
+        "metadata": {"labels": {"a": 1}},
+        "spec": {
+            "containers": [
+                {"name": 1, "ports": [{"containerPort": 0}], "resources": {"limits": {GPU: "x"}}},
+                {"name": "b", "ports": "p", "resources": {"requests": []}},
+                3,
+            ],
+            "initContainers": [{"name": "i", "resources": {"limits": {GPU: "y"}}}, 4],
+            "serviceAccountName": 5,
+            "serviceAccount": 6,
+            "hostNetwork": "x",
+            "overhead": {"cpu": "z"},
+            "nodeSelector": {"a": 1},
+            "affinity": {"nodeAffinity": []},
+            "tolerations": [1],
+            "resourceClaims": [2],
+        },
+    }
+    errors: list[FieldError] = []
+    read_pod_template(tpl, "t", errors, gpu_resources=(GPU,))
+    assert errors == [
+        FieldError("t.metadata.labels.a", "must be a string, got integer"),
+        FieldError("t.spec.containers[2]", "must be an object, got integer"),
+        FieldError("t.spec.initContainers[1]", "must be an object, got integer"),
+        FieldError("t.spec.containers[0].name", "must be a string, got integer"),
+        FieldError("t.spec.containers[0].ports[0].containerPort", "must be an integer in 1..65535"),
+        FieldError("t.spec.containers[1].ports", "must be a list, got string"),
+        FieldError("t.spec.serviceAccountName", "must be a string, got integer"),
+        FieldError("t.spec.serviceAccount", "must be a string, got integer"),
+        FieldError("t.spec.hostNetwork", "must be a boolean, got string"),
+        FieldError("t.spec.containers[0].resources.limits[nvidia.com/gpu]", "must be a whole non-negative quantity"),
+        FieldError("t.spec.containers[1].resources.requests", "must be an object, got list"),
+        FieldError(
+            "t.spec.initContainers[0].resources.limits[nvidia.com/gpu]", "must be a whole non-negative quantity"
+        ),
+        FieldError("t.spec.overhead.requests.cpu", "must be a non-negative quantity (like 500m, 2Gi)"),
+        FieldError("t.spec.nodeSelector.a", "must be a string, got integer"),
+        FieldError("t.spec.affinity.nodeAffinity", "must be an object, got list"),
+        FieldError("t.spec.tolerations[0]", "must be an object, got integer"),
+        FieldError("t.spec.resourceClaims[0]", "must be an object, got integer"),
+    ]
