@@ -187,7 +187,7 @@ class DecisionMemo(BoundedMemo[DecisionKey, Decision]):
         # The last settings seen and their hash: a server passes one Settings to every review.
         self._settings_hash: tuple[Settings, int] | None = None
         # The last flows seen and their plain form: the kubeflow parser hands every job of one shape
-        # the same (immutable) flows tuple (jobs/kubeflow_plain.py), so most reviews reuse the form,
+        # the same (immutable) flows tuple (jobs/kubeflow.py `_flows`), so most reviews reuse the form,
         # and two keys holding the same form object compare it by identity.
         self._flows_form: tuple[tuple[Flow, ...], tuple[tuple[Hashable, ...], ...]] | None = None
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.config import Limits
-from app.jobs import flows, jobset, kubeflow, kubeflow_plain, trainjob
+from app.jobs import flows, jobset, kubeflow, trainjob
 from app.jobs import limits as limits_
 from app.jobs.errors import FieldError, InvalidJobError, JobError, UnsupportedKindError
 from app.jobs.limits import JobLimitError
@@ -58,7 +58,7 @@ __all__ = [
 _Parser = Callable[..., JobGroup]
 
 _PARSERS: Mapping[tuple[str, str], _Parser] = {
-    **{gvk: functools.partial(kubeflow_plain.parse, framework=f) for gvk, f in kubeflow.FRAMEWORKS.items()},
+    **{gvk: functools.partial(kubeflow.parse, framework=f) for gvk, f in kubeflow.FRAMEWORKS.items()},
     (jobset.API_VERSION, jobset.KIND): jobset.parse,
     (trainjob.API_VERSION, trainjob.KIND): trainjob.parse,
 }

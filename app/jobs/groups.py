@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError
+from app.jobs.records import build_record
 from app.jobs.templates import NamedContainerPort, PodFacts, is_object, read_mapping, read_str, read_string_map
 from app.models.cluster import ContainerPort
 from app.models.job import Replica
@@ -58,23 +59,27 @@ def make_replica(
     labels = {**facts.labels, **operator_labels}
     if count == 1:
         labels.update(leader)
-    return Replica(
-        key=key,
-        role=role,
-        count=count,
-        template_path=template_path,
-        template=template if is_object(template) else {},
-        pod_labels=labels,
-        index_label=index_label,
-        gpus=dict(facts.gpus),
-        requests=dict(facts.requests),
-        claims=facts.claims,
-        ports=ports if ports is not None else tuple(p.port for p in facts.ports),
-        service_account=facts.service_account,
-        host_network=facts.host_network,
-        placement=facts.placement,
-        is_coordinator=is_coordinator,
-        leader_labels=leader,
+    return build_record(  # every field, in declaration order (records.py)
+        Replica,
+        {
+            "key": key,
+            "role": role,
+            "count": count,
+            "template_path": template_path,
+            "template": template if is_object(template) else {},
+            "pod_labels": labels,
+            "index_label": index_label,
+            "gpus": dict(facts.gpus),
+            "ports": ports if ports is not None else tuple([p.port for p in facts.ports]),
+            "service_account": facts.service_account,
+            "host_network": facts.host_network,
+            "placement": facts.placement,
+            "is_coordinator": is_coordinator,
+            "leader_labels": leader,
+            "seed": {},
+            "requests": dict(facts.requests),
+            "claims": facts.claims,
+        },
     )
 
 

@@ -11,7 +11,7 @@ but are kept as written, so patches land under the user's own key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, NamedTuple
@@ -20,9 +20,10 @@ from app.jobs import flows
 from app.jobs.errors import FieldError, InvalidJobError, join_path
 from app.jobs.groups import JobMeta, find_named_port, make_replica, read_job_meta
 from app.jobs.pointers import build_pointer, escape_json_pointer
+from app.jobs.records import build_record
 from app.jobs.templates import EMPTY_FACTS, PodFacts, is_object, read_int, read_mapping, read_pod_template, read_str
 from app.models import labels as L
-from app.models.cluster import ContainerPort
+from app.models.cluster import BoundedMemo, ContainerPort
 from app.models.job import Flow, JobGroup, Replica
 from app.models.labels import BATCH_JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL
 from app.models.network import PortRange
@@ -191,8 +192,10 @@ def parse(
 ) -> JobGroup:
     """The group of a kubeflow.org replica-map job; raises InvalidJobError listing every bad field.
 
-    Read field by field: `parse_job` calls it only for a job `kubeflow_plain.read_plain` does not
-    take (one not written the usual way), and tests hold that reader to this one.
+    One reader for every job, and cheap for the usual one (it runs on every admission review of
+    these kinds): each field reader checks the exact JSON type first and formats a path only when it
+    records an error; the pod templates are read by `read_pod_template`; the flows are built once
+    per shape of job (`_flows`); and the frozen records are filled in by `build_record`.
     """
     errors: list[FieldError] = []
     meta = read_job_meta(raw, namespace, errors)
@@ -209,21 +212,56 @@ def parse(
     launcher_is_worker = spec.get("runLauncherAsWorker") is True
     group_selector = _operator_labels(framework, meta)
     replicas: list[Replica] = []
-    ports: dict[str, int] = {}
+    members: list[_Member] = []
     for s in specs:
-        pod_ports, ports[s.key] = framework_ports(s.facts, framework)
-        replicas.append(_build_replica(s, framework, meta, group_selector, pod_ports, coordinator, launcher_is_worker))
-    return JobGroup(
-        api_version=framework.api_version,
-        kind=framework.kind,
-        name=meta.name,
-        namespace=meta.namespace,
-        replicas=tuple(replicas),
-        coordinator=coordinator.key,
-        flows=tuple(build_flows(replicas, ports, coordinator.key, framework, rendezvous, collective_ports)),
-        group_selector=group_selector,
-        annotations=meta.annotations,
+        pod_ports, port = framework_ports(s.facts, framework)
+        replica = _build_replica(s, framework, meta, group_selector, pod_ports, coordinator, launcher_is_worker)
+        replicas.append(replica)
+        members.append((s.key, s.replicas if s.replicas < 2 else 2, bool(replica.gpus), port))
+    return build_record(
+        JobGroup,
+        {
+            "api_version": framework.api_version,
+            "kind": framework.kind,
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "replicas": tuple(replicas),
+            "coordinator": coordinator.key,
+            "flows": _flows(tuple(members), coordinator.key, framework, rendezvous, replicas, collective_ports),
+            "group_selector": group_selector,
+            "annotations": meta.annotations,
+            "supports_spread": True,
+            "composed_from": "",
+        },
     )
+
+
+# What the flows of a replica depend on: (key, pods (2 for two or more), asks for GPUs, framework port).
+_Member = tuple[str, int, bool, int]
+# Flows by shape of job: the reviews of one job, and of most jobs alike, need the same flows (frozen, so
+# groups share them, and engine/memo.py reuses their plain form by identity). Bounded: replica keys are
+# user data.
+FLOWS_MEMO_SIZE = 1024
+_FLOWS: BoundedMemo[tuple[Hashable, ...], tuple[Flow, ...]] = BoundedMemo(FLOWS_MEMO_SIZE)
+
+
+def _flows(
+    members: tuple[_Member, ...], coordinator: str, framework: Framework, rendezvous: Rendezvous,
+    replicas: Sequence[Replica], collective_ports: PortRange,
+) -> tuple[Flow, ...]:
+    """The group's flows (`build_flows`), built once per shape of job (`_FLOWS`).
+
+    The shape (`members`) holds what the flows depend on: which replicas have no pod, one, or two
+    and more (flows.py pairs a replica with itself only then), ask for GPUs, and their ports; with the
+    framework's traffic shape and port name, the rendezvous and the collectives' range.
+    """
+    key = (framework.shape, framework.port_name, coordinator, rendezvous, members, collective_ports)
+    found = _FLOWS.get(key)
+    if found is None:
+        ports = {m[0]: m[3] for m in members}
+        found = tuple(build_flows(replicas, ports, coordinator, framework, rendezvous, collective_ports))
+        _FLOWS.put(key, found)
+    return found
 
 
 def _read_specs(
@@ -389,7 +427,7 @@ def replica_role(
 ) -> ReplicaRole:
     """The operator's labels, index label and service account for the replica `key` (of type `canonical`)
     of job `name`; `operator_labels` are the job's own (`_operator_labels`), `service_account` the
-    template's. The field reader and the plain path (kubeflow_plain) both build replicas from this."""
+    template's."""
     labels = dict(operator_labels)
     leader: dict[str, str] = {}
     index_label = L.KF_REPLICA_INDEX

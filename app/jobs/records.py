@@ -2,7 +2,7 @@
 
 A frozen dataclass's `__init__` sets every field through `object.__setattr__`, one call each: on
 the bench job (a PyTorchJob with 2 replica types) the two `Replica`s, the `JobGroup` and a
-`UserPlacement` were about 40% of the one-pass parse (instructions counted under callgrind).
+`UserPlacement` were about 40% of its parse (instructions counted under callgrind).
 `build_record` makes the same instance the way pickle remakes one (`__new__`, then the instance
 dict), at about a fifth of the cost. The records' types stay as app.models declares them; only
 who fills them in differs.

@@ -5,21 +5,23 @@ instead of raising, so one pass reports every malformed field. Values that are a
 Kubernetes default (service account `default`, protocol `TCP`); values of the wrong type are
 errors, never guessed.
 
-This runs on every admission review, so the common case is kept cheap: a template written the
-usual way is read in one pass (`read_plain_pod_template`) and only any other field by field;
-paths are handed down as `LazyPath`s (`(parent, key)` tuples) and rendered only for an error
-message; and dicts (what JSON decoding gives) are recognised by `type(x) is dict` before the
-slower generic `isinstance(x, Mapping)`, which still accepts any other mapping.
+This runs on every admission review, so one reader serves every template and is cheap for the
+usual one: each container is read once; paths are handed down as `LazyPath`s (`(parent, key)`
+tuples) and rendered only for an error message; fields most templates leave out (init containers,
+placement, claims, overhead) cost a lookup; quantities are read once per value (`_quantity`); and
+dicts (what JSON decoding gives) are recognised by `type(x) is dict` before the slower generic
+`isinstance(x, Mapping)`, which still accepts any other mapping.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError, LazyPath, render_path
 from app.jobs.records import build_record
-from app.models.cluster import ContainerPort
+from app.models.cluster import BoundedMemo, ContainerPort
 from app.models.dra import PodClaimRef
 from app.models.job import UserPlacement
 from app.models.resources import gpu_matcher, parse_quantity, scheduler_units
@@ -129,161 +131,14 @@ MAX_GPUS_PER_CONTAINER = 2**31 - 1
 
 
 def read_pod_template(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> PodFacts:
-    """Facts about the pods of a PodTemplateSpec (`{metadata, spec}`) at `at`.
-
-    A template written the usual way is read in one pass; any other field by field, which reports
-    what is wrong.
-    """
-    facts = read_plain_pod_template(raw, gpu_resources)
-    if facts is not None:
-        return facts
-    return _read_pod_template_fields(raw, at, errors, gpu_resources)
-
-
-def read_plain_pod_template(raw: Any, gpu_resources: Sequence[str]) -> PodFacts | None:
-    """`read_pod_template` in one pass for a template written the usual way; None for any other.
-
-    The usual way: exact JSON types (dict, list, str, int, bool) holding values the field-by-field
-    readers take without an error, and no initContainers. For such a template it returns exactly
-    what `_read_pod_template_fields` returns (tests/unit/jobs/test_parse_equivalence.py holds the
-    two together); anything else is left to that reader. It exists because it runs on every
-    admission review, at about 40% of the other's cost (no call per field, no paths).
-    """
-    if type(raw) is not dict:
-        return None
-    metadata = raw.get("metadata")
-    labels: dict[str, str] | None = {}
+    """Facts about the pods of a PodTemplateSpec (`{metadata, spec}`) at `at`."""
+    template = raw if type(raw) is dict else read_mapping(raw, at, errors)
+    metadata = template.get("metadata")
+    labels: dict[str, str] = {}
     if metadata is not None:
-        labels = read_plain_string_map(metadata.get("labels")) if type(metadata) is dict else None
-    spec = raw.get("spec")
-    if labels is None or type(spec) is not dict or spec.get("initContainers") is not None:
-        return None
-    if spec.get("resourceClaims") is not None or spec.get("overhead") is not None:
-        return None
-    containers = _read_plain_containers(spec.get("containers"), gpu_resources)
-    if containers is None:
-        return None
-    names, ports, requests = containers
-    service_account = spec.get("serviceAccountName")
-    if service_account is not None and type(service_account) is not str:
-        return None
-    if not service_account:
-        service_account = spec.get("serviceAccount")  # the deprecated alias
-        if service_account is not None and type(service_account) is not str:
-            return None
-    host_network = spec.get("hostNetwork")
-    if host_network is not None and type(host_network) is not bool:
-        return None
-    placement: UserPlacement | None = EMPTY_PLACEMENT
-    node_selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
-    if node_selector is not None or affinity is not None or tolerations is not None:  # absent from most
-        placement = _read_plain_placement(node_selector, affinity, tolerations)
-    if placement is None:
-        return None
-    return PodFacts(
-        labels, _gpus_of(requests, gpu_resources), ports, names, service_account or DEFAULT_SERVICE_ACCOUNT,
-        bool(host_network), placement, requests,
-    )
-
-
-def _read_plain_containers(
-    value: Any, gpu_resources: Sequence[str]
-) -> tuple[tuple[str, ...], tuple[NamedContainerPort, ...], dict[str, int]] | None:
-    """(names, ports, requests per pod) of a list of containers written the usual way; None otherwise."""
-    if type(value) is not list:
-        return None
-    names: list[str] = []
-    ports: list[NamedContainerPort] = []
-    requests: dict[str, int] = {}
-    for container in value:
-        name = container.get("name") if type(container) is dict else None
-        if type(name) is not str:
-            return None
-        names.append(name)
-        raw_ports = container.get("ports")
-        if raw_ports is not None:
-            if type(raw_ports) is not list:
-                return None
-            for raw_port in raw_ports:
-                if type(raw_port) is not dict:
-                    return None
-                number, protocol = raw_port.get("containerPort"), raw_port.get("protocol", "TCP")
-                port_name = raw_port.get("name", "")
-                if type(number) is not int or not 1 <= number <= MAX_PORT or type(port_name) is not str:
-                    return None
-                if type(protocol) is not str or protocol not in PROTOCOLS:
-                    return None
-                ports.append(NamedContainerPort(name, ContainerPort(number, protocol, port_name)))
-        resources = container.get("resources")
-        if resources is not None:
-            if type(resources) is not dict:
-                return None
-            amounts, problems = resource_amounts(resources, gpu_resources)
-            if problems:
-                return None
-            _add(requests, amounts)
-    return tuple(names), tuple(ports), {r: n for r, n in sorted(requests.items()) if n > 0}
-
-
-def _read_plain_placement(node_selector: Any, affinity: Any, tolerations: Any) -> UserPlacement | None:
-    """`read_placement` of a pod spec with these three fields written the usual way; None otherwise."""
-    selector = read_plain_string_map(node_selector)
-    terms = _plain_node_selector_terms(affinity)
-    objects = _plain_objects(tolerations)
-    if selector is None or terms is None or objects is None:
-        return None
-    if not (selector or terms or objects):
-        return EMPTY_PLACEMENT
-    return build_record(
-        UserPlacement, {"node_selector": selector, "node_selector_terms": terms, "tolerations": objects}
-    )
-
-
-def _plain_node_selector_terms(affinity: Any) -> tuple[dict[str, Any], ...] | None:
-    """The required nodeSelectorTerms under `affinity`: `()` when a level is absent (or null), None
-    when one is not a dict or the terms are not a list of dicts."""
-    node: Any = affinity
-    for key in ("nodeAffinity", _REQUIRED, "nodeSelectorTerms"):
-        if node is None:
-            return ()
-        if type(node) is not dict:
-            return None
-        node = node.get(key)
-    return _plain_objects(node)
-
-
-def _plain_objects(value: Any) -> tuple[dict[str, Any], ...] | None:
-    """A list of dicts as a tuple; `()` for None; None for anything else."""
-    if value is None:
-        return ()
-    if type(value) is not list:
-        return None
-    for item in value:
-        if type(item) is not dict:
-            return None
-    return tuple(value)
-
-
-def read_plain_string_map(value: Any) -> dict[str, str] | None:
-    """A copy of a dict of str to str; `{}` for None; None for anything else."""
-    if value is None:
-        return {}
-    if type(value) is not dict:
-        return None
-    for key, item in value.items():
-        if type(key) is not str or type(item) is not str:
-            return None
-    return dict(value)
-
-
-def _read_pod_template_fields(
-    raw: Any, at: LazyPath, errors: list[FieldError], gpu_resources: Sequence[str]
-) -> PodFacts:
-    """`read_pod_template` field by field, reporting every malformed one."""
-    template = read_mapping(raw, at, errors)
-    metadata_at = (at, "metadata")
-    metadata = read_mapping(template.get("metadata"), metadata_at, errors)
-    labels = read_string_map(metadata.get("labels"), (metadata_at, "labels"), errors)
+        metadata_at = (at, "metadata")
+        metadata = metadata if type(metadata) is dict else read_mapping(metadata, metadata_at, errors)
+        labels = read_string_map(metadata.get("labels"), (metadata_at, "labels"), errors)
     return read_pod_spec(template.get("spec"), (at, "spec"), errors, gpu_resources=gpu_resources, labels=labels)
 
 
@@ -293,56 +148,83 @@ def read_pod_spec(
     errors: list[FieldError],
     *,
     gpu_resources: Sequence[str],
-    labels: Mapping[str, str] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> PodFacts:
-    """Facts about the pods of a PodSpec at `at` (`labels` come from the template metadata)."""
-    spec = read_mapping(raw, at, errors)
+    """Facts about the pods of a PodSpec at `at` (`labels`, the template's, become the facts' own).
+
+    Each container is read once, its name, ports and requests together; their errors are reported
+    by kind all the same (every name, then every port, then every request), as they always were.
+    """
+    spec = raw if type(raw) is dict else read_mapping(raw, at, errors)
     containers = _read_objects_at(spec.get("containers"), (at, "containers"), errors)
-    init_containers = _read_objects_at(spec.get("initContainers"), (at, "initContainers"), errors)
-    names = tuple(read_str(c.get("name"), (c_at, "name"), errors) for c_at, c in containers)
-    ports = tuple(port for c_at, c in containers for port in _read_ports(c, c_at, errors))
-    service_account = read_str(spec.get("serviceAccountName"), (at, "serviceAccountName"), errors)
+    raw_init = spec.get("initContainers")
+    init_containers = [] if raw_init is None else _read_objects_at(raw_init, (at, "initContainers"), errors)
+    names: list[str] = []
+    ports: list[NamedContainerPort] = []
+    running: dict[str, int] = {}
+    port_errors: list[FieldError] = []
+    request_errors: list[FieldError] = []
+    for c_at, c in containers:
+        name = c.get("name")
+        names.append(name if type(name) is str else read_str(name, (c_at, "name"), errors))
+        if c.get("ports") is not None:
+            ports += _read_ports(c, c_at, port_errors)
+        resources = c.get("resources")
+        if resources is not None:
+            _add(running, read_resources(resources, (c_at, "resources"), request_errors, gpu_resources=gpu_resources))
+    errors += port_errors
+    service_account = spec.get("serviceAccountName")
+    if type(service_account) is not str:
+        service_account = read_str(service_account, (at, "serviceAccountName"), errors)
     if not service_account:  # the deprecated alias, still honoured by the apiserver
         service_account = read_str(spec.get("serviceAccount"), (at, "serviceAccount"), errors)
-    host_network = spec.get("hostNetwork", False)
+    host_network = spec.get("hostNetwork")
     if host_network is None:
         host_network = False
-    if not isinstance(host_network, bool):
+    elif not isinstance(host_network, bool):
         errors.append(FieldError(render_path((at, "hostNetwork")), f"must be a boolean, got {type_name(host_network)}"))
         host_network = False
-    requests = _pod_requests(containers, init_containers, errors, gpu_resources=gpu_resources)
+    errors += request_errors
+    requests = _pod_requests(running, init_containers, errors, gpu_resources=gpu_resources)
     if spec.get("overhead") is not None:  # RuntimeClass overhead, which the scheduler adds to the pod's requests
         _add(requests, read_resources({"requests": spec.get("overhead")}, (at, "overhead"), errors,
                                       gpu_resources=gpu_resources))
+    placement = read_placement(spec, at, errors)
+    raw_claims = spec.get("resourceClaims")
     return PodFacts(
-        labels=dict(labels or {}),
-        gpus=_gpus_of(requests, gpu_resources),
-        ports=ports,
-        container_names=names,
-        service_account=service_account or DEFAULT_SERVICE_ACCOUNT,
-        host_network=host_network,
-        placement=read_placement(spec, at, errors),
-        requests=requests,
-        claims=_read_claims(spec.get("resourceClaims"), (at, "resourceClaims"), errors),
+        labels if labels is not None else {},
+        _gpus_of(requests, gpu_resources),
+        tuple(ports),
+        tuple(names),
+        service_account or DEFAULT_SERVICE_ACCOUNT,
+        host_network,
+        placement,
+        requests,
+        () if raw_claims is None else _read_claims(raw_claims, (at, "resourceClaims"), errors),
     )
 
 
 def read_placement(spec: Mapping[str, Any], at: LazyPath, errors: list[FieldError]) -> UserPlacement:
     """nodeSelector, required nodeSelectorTerms and tolerations, kept as written."""
-    node_selector = read_string_map(spec.get("nodeSelector"), (at, "nodeSelector"), errors)
+    raw_selector, affinity, raw_tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
+    if raw_selector is None and affinity is None and raw_tolerations is None:  # most templates
+        return EMPTY_PLACEMENT
+    node_selector = read_string_map(raw_selector, (at, "nodeSelector"), errors)
     terms: tuple[Mapping[str, Any], ...] = ()
-    if spec.get("affinity") is not None:  # absent from most templates: no walk down to the terms
+    if affinity is not None:
         affinity_at = (at, "affinity")
-        affinity = read_mapping(spec.get("affinity"), affinity_at, errors)
+        affinity = read_mapping(affinity, affinity_at, errors)
         node_affinity_at = (affinity_at, "nodeAffinity")
         node_affinity = read_mapping(affinity.get("nodeAffinity"), node_affinity_at, errors)
         required_at = (node_affinity_at, _REQUIRED)
         required = read_mapping(node_affinity.get(_REQUIRED), required_at, errors)
         terms = _read_objects(required.get("nodeSelectorTerms"), (required_at, "nodeSelectorTerms"), errors)
-    tolerations = _read_objects(spec.get("tolerations"), (at, "tolerations"), errors)
+    tolerations = _read_objects(raw_tolerations, (at, "tolerations"), errors)
     if not (node_selector or terms or tolerations):
         return EMPTY_PLACEMENT
-    return UserPlacement(node_selector=node_selector, node_selector_terms=terms, tolerations=tolerations)
+    return build_record(
+        UserPlacement, {"node_selector": node_selector, "node_selector_terms": terms, "tolerations": tolerations}
+    )
 
 
 def type_name(value: Any) -> str:
@@ -436,13 +318,12 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
             gpu = is_gpu(name)
             if gpu and section == "requests" and name in out:
                 continue  # the limit wins
-            amount = parse_quantity(raw)
+            amount, units = _quantity(name, raw)
             if amount is None or (gpu and amount.denominator != 1):
                 why = ("must be a whole non-negative quantity" if gpu
                        else "must be a non-negative quantity (like 500m, 2Gi)")
                 problems.append(f"{section}\x00{name}\x00{why}")
                 continue
-            units = scheduler_units(name, amount)
             cap = MAX_GPUS_PER_CONTAINER if gpu else MAX_QUANTITY
             if units > cap:
                 problems.append(f"{section}\x00{name}\x00{float(amount):.3g} is more than any node has"
@@ -450,6 +331,33 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
                 continue
             out[name] = units
     return {r: n for r, n in out.items() if n > 0}, problems
+
+
+# Quantities as read, by (resource name, value as written): the templates of one job, and of most jobs, repeat a
+# few values ("16", "128Gi", 4), and reading one (a regular expression, then Fractions) costs more than the rest of
+# its container. Both are user data: the memo is bounded in entries, and only short ones are kept.
+QUANTITY_MEMO_SIZE = 4096
+_MEMO_NAME_CHARS = 253  # the longest resource name the apiserver takes (a DNS subdomain prefix + name)
+_MEMO_VALUE_CHARS = 32
+_QUANTITIES: BoundedMemo[tuple[str, str | int], tuple[Fraction | None, int]] = BoundedMemo(QUANTITY_MEMO_SIZE)
+
+
+def _quantity(name: str, raw: Any) -> tuple[Fraction | None, int]:
+    """(`raw` as a quantity or None when it is none, its `scheduler_units` for `name`), kept per name and
+    value for a short string or an int64 (exact types: `True` and `1.0` equal `1` but are read otherwise)."""
+    kind = type(raw)
+    memoized = len(name) <= _MEMO_NAME_CHARS and (
+        (kind is str and len(raw) <= _MEMO_VALUE_CHARS) or (kind is int and -(2**63) <= raw < 2**63)
+    )
+    if memoized:
+        found = _QUANTITIES.get((name, raw))
+        if found is not None:
+            return found
+    amount = parse_quantity(raw)
+    read = (amount, 0 if amount is None else scheduler_units(name, amount))
+    if memoized:
+        _QUANTITIES.put((name, raw), read)
+    return read
 
 
 def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> dict[str, int]:
@@ -474,25 +382,25 @@ def _gpus_of(requests: Mapping[str, int], gpu_resources: Sequence[str]) -> dict[
 
 
 def _pod_requests(
-    containers: list[tuple[LazyPath, Mapping[str, Any]]],
+    running: dict[str, int],
     init_containers: list[tuple[LazyPath, Mapping[str, Any]]],
     errors: list[FieldError],
     *,
     gpu_resources: Sequence[str],
 ) -> dict[str, int]:
-    """A pod's effective request per resource, as the scheduler computes it.
+    """A pod's effective request per resource, as the scheduler computes it, from `running` (the sum of its
+    regular containers', which this adds to).
 
     Regular containers and restartable init containers (sidecars, `restartPolicy: Always`) run
     together and add up; each plain init container runs alone beside the sidecars started before
     it, so the pod needs the max of that and the running sum.
     """
-    running: dict[str, int] = {}
-    for at, container in containers:
-        _add(running, _container_requests(container, at, errors, gpu_resources=gpu_resources))
+    if not init_containers:  # most pods
+        return {r: n for r, n in sorted(running.items()) if n > 0}
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
     for at, container in init_containers:
-        amounts = _container_requests(container, at, errors, gpu_resources=gpu_resources)
+        amounts = read_resources(container.get("resources"), (at, "resources"), errors, gpu_resources=gpu_resources)
         if container.get("restartPolicy") == "Always":
             _add(sidecars, amounts)
             continue
@@ -503,12 +411,6 @@ def _pod_requests(
     _add(running, sidecars)
     total = {r: max(running.get(r, 0), peak.get(r, 0)) for r in {*running, *peak}}
     return {r: n for r, n in sorted(total.items()) if n > 0}
-
-
-def _container_requests(
-    container: Mapping[str, Any], at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]
-) -> dict[str, int]:
-    return read_resources(container.get("resources"), (at, "resources"), errors, gpu_resources=gpu_resources)
 
 
 def _read_claims(raw: Any, at: LazyPath, errors: list[FieldError]) -> tuple[PodClaimRef, ...]:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 import pytest
 
 from app import jobs
+from app.jobs import kubeflow
 from app.models import labels as L
-from app.models.cluster import ContainerPort
+from app.models.cluster import BoundedMemo, ContainerPort
 from app.models.job import Flow, JobGroup, Replica, UserPlacement
 from app.models.network import EPHEMERAL_PORTS, PortRange
-from tests.unit.jobs.builders import GPU_RESOURCES, container, kubeflow_job, replica, template
+from tests.unit.jobs.builders import GPU, GPU_RESOURCES, container, kubeflow_job, replica, template
 
 V2 = "kubeflow.org/v2beta1"
 
@@ -552,3 +555,111 @@ def test_whole_group_of_a_gpu_pytorchjob() -> None:
         annotations={},
     )
     assert parse(raw) == want
+
+
+TOLERATE_GPUS = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def bench_job() -> dict[str, Any]:
+    """The shape of the bench job (bench/bench_http.py): Master + 15 Workers x 4 GPUs, kubectl-applied."""
+    master = template(container("pytorch", requests={"cpu": "16"}), labels={"app": "llm", "role": "coordinator"})
+    worker = template(container("pytorch", gpus=4), labels={"app": "llm", "role": "worker"}, tolerations=TOLERATE_GPUS)
+    doc = kubeflow_job("PyTorchJob", {"Master": replica(master, 1), "Worker": replica(worker, 15)}, name="llm")
+    doc["metadata"]["labels"] = {"app": "llm", "team": "research"}
+    doc["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(doc)}
+    doc["metadata"]["managedFields"] = [{"manager": "kubectl-client-side-apply", "operation": "Update"}]
+    return doc
+
+
+def _with(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+WORKER = ("spec", "pytorchReplicaSpecs", "Worker")
+# Both replicas on Paddle's default port, named as PyTorch names it: the same replicas and ports
+# to either framework, but the rendezvous port's name differs (pytorchjob-port; master).
+ON_PADDLE_PORT = {
+    key: replica(template(container("pytorch", ports=[{"containerPort": 36543, "name": "pytorchjob-port"}])), n)
+    for key, n in (("Master", 1), ("Worker", 2))
+}
+# Jobs one after the other that differ only in what the flows depend on: each needs its own flows.
+FLOW_SHAPES = [
+    bench_job(),
+    _with(bench_job(), (*WORKER, "replicas"), 1),
+    _with(bench_job(), (*WORKER, "replicas"), 0),
+    _with(bench_job(), (*WORKER, "template", "spec", "containers"), [container("pytorch")]),
+    _with(bench_job(), ("spec", "elasticPolicy"), {"rdzvPort": 29400}),
+    _with(bench_job(), ("spec", "elasticPolicy"), {"rdzvHost": "etcd"}),
+    kubeflow_job("PaddleJob", bench_job()["spec"]["pytorchReplicaSpecs"], name="llm"),
+    kubeflow_job("PyTorchJob", ON_PADDLE_PORT),
+    kubeflow_job("PaddleJob", ON_PADDLE_PORT),
+    kubeflow_job("TFJob", {"PS": replica(template(container("tensorflow")), 2), "Worker": W}),
+    kubeflow_job("MPIJob", {"Launcher": replica(), "Worker": W}),
+    kubeflow_job("MPIJob", {"Launcher": replica(), "Worker": W}, api_version=V2),
+    bench_job(),
+]
+
+
+def test_flows_follow_each_shape_of_job_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flows kept per shape of job are those the job's own replicas give (built with nothing kept)."""
+    warm = [parse(doc, "ml").flows for doc in FLOW_SHAPES]
+    for doc, flows in zip(FLOW_SHAPES, warm, strict=True):
+        monkeypatch.setattr(kubeflow, "_FLOWS", BoundedMemo(kubeflow.FLOWS_MEMO_SIZE))
+        assert parse(doc, "ml").flows == flows
+
+
+def test_jobs_of_one_shape_share_one_flows_tuple() -> None:
+    """engine/memo.py reuses the plain form of the last flows seen by identity: reviews of one job, or of
+    jobs that differ only where flows do not look (names, labels, GPU counts), get the same tuple."""
+    first = parse(bench_job(), "ml")
+    renamed = _with(bench_job(), ("metadata", "name"), "other")
+    more_gpus = _with(bench_job(), (*WORKER, "template", "spec", "containers"), [container("pytorch", gpus=8)])
+    for doc in (bench_job(), renamed, more_gpus):
+        assert parse(doc, "ml").flows is first.flows
+
+
+BENCH = bench_job()
+SPECS = ("spec", "pytorchReplicaSpecs")
+# Each field the reader checks, written otherwise: all but the last two are errors.
+WRITTEN_OTHERWISE = {
+    "metadata not an object": _with(BENCH, ("metadata",), []),
+    "name not a string": _with(BENCH, ("metadata", "name"), 1),
+    "no name": _with(BENCH, ("metadata", "name"), ""),
+    "generateName not a string": {**BENCH, "metadata": {"generateName": 1}},
+    "namespace not a string": _with(BENCH, ("metadata", "namespace"), ["ml"]),
+    "annotation not a string": _with(BENCH, ("metadata", "annotations"), {"a": 1}),
+    "no spec": _with(BENCH, ("spec",), None),
+    "replica map not an object": _with(BENCH, SPECS, []),
+    "replica map empty": _with(BENCH, SPECS, {}),
+    "empty replica type": _with(BENCH, (*SPECS, ""), {}),
+    "unknown replica type": _with(BENCH, (*SPECS, "PS"), {}),
+    "replica types equal but for case": _with(BENCH, (*SPECS, "worker"), {}),
+    "replica spec not an object": _with(BENCH, WORKER, []),
+    "negative replicas": _with(BENCH, (*WORKER, "replicas"), -1),
+    "boolean replicas": _with(BENCH, (*WORKER, "replicas"), True),
+    "replicas as text": _with(BENCH, (*WORKER, "replicas"), "2"),
+    "hostNetwork as text": _with(BENCH, (*WORKER, "template", "spec", "hostNetwork"), "yes"),
+    "elasticPolicy not an object": _with(BENCH, ("spec", "elasticPolicy"), "etcd"),
+    "rdzvPort 0": _with(BENCH, ("spec", "elasticPolicy"), {"rdzvPort": 0}),
+    "rdzvPort boolean": _with(BENCH, ("spec", "elasticPolicy"), {"rdzvPort": True}),
+    "rdzvHost not a string": _with(BENCH, ("spec", "elasticPolicy"), {"rdzvHost": 1}),
+    "xgboost without master": kubeflow_job("XGBoostJob", {"Worker": W}),
+    "mpi v2 without known types": kubeflow_job("MPIJob", {"Other": {}}, api_version=V2),
+    "valid: null replica spec": _with(BENCH, WORKER, None),
+    "valid: init container": _with(BENCH, (*WORKER, "template", "spec", "initContainers"), [container("init")]),
+}
+
+
+@pytest.mark.parametrize(("case", "doc"), WRITTEN_OTHERWISE.items(), ids=WRITTEN_OTHERWISE.keys())
+def test_each_field_written_otherwise_is_refused_or_read(case: str, doc: dict[str, Any]) -> None:
+    if case.startswith("valid"):
+        assert isinstance(parse(doc, "ml"), JobGroup)
+        return
+    with pytest.raises(jobs.InvalidJobError) as raised:
+        parse(doc, "ml")
+    assert raised.value.errors

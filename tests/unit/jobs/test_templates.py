@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from app.jobs import templates
 from app.jobs.errors import FieldError
-from app.jobs.templates import parse_quantity, read_pod_template
+from app.jobs.templates import parse_quantity, read_pod_template, resource_amounts
+from app.models.cluster import BoundedMemo
 from tests.unit.jobs.builders import GPU, GPU_RESOURCES, container, template
 
 AMD = "amd.com/gpu"
@@ -92,3 +94,80 @@ def test_bad_gpu_quantity_names_the_field() -> None:
         {},
         [FieldError("t.spec.containers[0].resources.limits[nvidia.com/gpu]", "must be a whole non-negative quantity")],
     )
+
+
+# Values read one after the other for one resource; those equal to another but of another JSON type
+# (True and 1.0 beside 1) must not be taken for it by the memo of quantities read.
+QUANTITY_SEQUENCE: list[Any] = [1, True, 1.0, "1", " 1", 2, "2", "2000m", "1.5", -1, "-1", "x" * 40, "1" * 40, 2**70]
+
+
+@pytest.mark.parametrize("resource", [GPU, "cpu", "memory"])
+def test_quantities_read_again_give_what_a_first_reading_gives(
+    resource: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read_all() -> list[Any]:
+        return [resource_amounts({"requests": {resource: v}}, GPU_RESOURCES) for v in QUANTITY_SEQUENCE]
+
+    first = read_all()
+    again = read_all()  # answered by the memo where it keeps the value
+    for value, answer in zip(QUANTITY_SEQUENCE, first, strict=True):
+        monkeypatch.setattr(templates, "_QUANTITIES", BoundedMemo(templates.QUANTITY_MEMO_SIZE))
+        assert resource_amounts({"requests": {resource: value}}, GPU_RESOURCES) == answer, value
+    assert again == first
+    assert first[1][1] and not first[0][1]  # True is no quantity, 1 is
+
+
+def test_memo_of_quantities_keeps_only_short_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    memo = BoundedMemo[Any, Any](templates.QUANTITY_MEMO_SIZE)
+    monkeypatch.setattr(templates, "_QUANTITIES", memo)
+    resource_amounts({"requests": {"cpu": "1" * 40, "memory": 2**70, "x" * 300: "1", "gpu": True}}, ())
+    assert len(memo) == 0
+    resource_amounts({"requests": {"cpu": "16", "memory": 4}}, ())
+    assert len(memo) == 2
+
+
+def test_every_bad_field_of_a_template_is_named_in_reading_order() -> None:
+    """Structure first, then every container's name, every port, the account and host network, every request
+    (containers, init containers, overhead), placement and claims: the order users have always been shown."""
+    tpl = {
+        "metadata": {"labels": {"a": 1}},
+        "spec": {
+            "containers": [
+                {"name": 1, "ports": [{"containerPort": 0}], "resources": {"limits": {GPU: "x"}}},
+                {"name": "b", "ports": "p", "resources": {"requests": []}},
+                3,
+            ],
+            "initContainers": [{"name": "i", "resources": {"limits": {GPU: "y"}}}, 4],
+            "serviceAccountName": 5,
+            "serviceAccount": 6,
+            "hostNetwork": "x",
+            "overhead": {"cpu": "z"},
+            "nodeSelector": {"a": 1},
+            "affinity": {"nodeAffinity": []},
+            "tolerations": [1],
+            "resourceClaims": [2],
+        },
+    }
+    errors: list[FieldError] = []
+    read_pod_template(tpl, "t", errors, gpu_resources=(GPU,))
+    assert errors == [
+        FieldError("t.metadata.labels.a", "must be a string, got integer"),
+        FieldError("t.spec.containers[2]", "must be an object, got integer"),
+        FieldError("t.spec.initContainers[1]", "must be an object, got integer"),
+        FieldError("t.spec.containers[0].name", "must be a string, got integer"),
+        FieldError("t.spec.containers[0].ports[0].containerPort", "must be an integer in 1..65535"),
+        FieldError("t.spec.containers[1].ports", "must be a list, got string"),
+        FieldError("t.spec.serviceAccountName", "must be a string, got integer"),
+        FieldError("t.spec.serviceAccount", "must be a string, got integer"),
+        FieldError("t.spec.hostNetwork", "must be a boolean, got string"),
+        FieldError("t.spec.containers[0].resources.limits[nvidia.com/gpu]", "must be a whole non-negative quantity"),
+        FieldError("t.spec.containers[1].resources.requests", "must be an object, got list"),
+        FieldError(
+            "t.spec.initContainers[0].resources.limits[nvidia.com/gpu]", "must be a whole non-negative quantity"
+        ),
+        FieldError("t.spec.overhead.requests.cpu", "must be a non-negative quantity (like 500m, 2Gi)"),
+        FieldError("t.spec.nodeSelector.a", "must be a string, got integer"),
+        FieldError("t.spec.affinity.nodeAffinity", "must be an object, got list"),
+        FieldError("t.spec.tolerations[0]", "must be an object, got integer"),
+        FieldError("t.spec.resourceClaims[0]", "must be an object, got integer"),
+    ]
