@@ -34,6 +34,7 @@ class Pending:
     # A decision of this shape was made on this snapshot already (`Shape.warm`): computing this one only
     # counts the reservations (bounded by the zones, no policy is evaluated).
     warm: bool = False
+    shape_key: memo.DecisionKey | None = None  # the group's network_key
 
     @property
     def cheap(self) -> bool:
@@ -47,7 +48,8 @@ class Pending:
         return memo.memoized(
             self.key,
             self.snapshot,
-            lambda: fresh(self.group, self.snapshot, self.settings, reserved=self.reserved, suspended=self.suspended),
+            lambda: fresh(self.group, self.snapshot, self.settings, reserved=self.reserved, suspended=self.suspended,
+                          shape_key=self.shape_key),
         )
 
 
@@ -74,7 +76,7 @@ def pending(
     known = decisions.get(key)
     shape = memo.shape_of(network, snapshot) if known is None else None
     warm = shape is not None and (kind == "validate", suspended) in shape.warm
-    return Pending(kind, key, known, group, snapshot, settings, reserved, suspended, warm)
+    return Pending(kind, key, known, group, snapshot, settings, reserved, suspended, warm, network)
 
 
 def decide(group: JobGroup, snapshot: Snapshot, settings: Settings, *, suspended: bool = False) -> Decision:

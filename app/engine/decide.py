@@ -129,20 +129,22 @@ def start_run(
     strict: bool,
     reserved: ledger.Reserved | None = None,
     suspended: bool = False,
+    shape_key: memo.DecisionKey | None = None,
 ) -> Run:
     """Begin one evaluation on the snapshot's memoised zone index, with the flow checker (and its
     verdicts) every job of the group's shape shares on this snapshot (`memo.shared_checker`).
 
     `reserved` defaults to the snapshot's stored reservations without the group's own. The group's replicas
-    get the GPUs their DRA claims and mapped extended resources ask for (`gpus.with_devices`).
+    get the GPUs their DRA claims and mapped extended resources ask for (`gpus.with_devices`). `shape_key`:
+    the group's `network_key`, when the caller has it (`engine.pending` does).
     """
     resolved = with_devices(group, snapshot, settings.gpu_resources, settings.gpu_device_classes)
     return _run(resolved.group, snapshot, settings, strict=strict, reserved=reserved, suspended=suspended,
-                devices=resolved)
+                devices=resolved, shape_key=shape_key if resolved.group is group else None)
 
 
 def _run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool, reserved: ledger.Reserved | None,
-         suspended: bool, devices: Devices) -> Run:
+         suspended: bool, devices: Devices, shape_key: memo.DecisionKey | None = None) -> Run:
     """`start_run` for a group whose devices are resolved already."""
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
                         gpu_device_classes=settings.gpu_device_classes)
@@ -157,7 +159,7 @@ def _run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: boo
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
         agent=agent,
-    )))
+    )), key=shape_key)
     if reserved is None:
         reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
     return Run(group, snapshot, settings, strict, index, shape, reserved, suspended, devices.problems, devices)
@@ -325,6 +327,10 @@ class _ZoneBasis:
     checks: tuple[FlowCheck, ...]
     network: str
     flow_problems: tuple[str, ...]  # the flows not allowed, and the label hints of a blocked zone
+    placement_problems: tuple[str, ...]  # the fit's: a replica that cannot run in the zone
+    needed: int  # GPUs the whole group asks for
+    # The row when it does not depend on the reservations at all (a replica cannot run here), else None.
+    fixed: ZoneReport | None
 
 
 def _zone_basis(run: Run, fit: zones.ZoneFit) -> _ZoneBasis:
@@ -337,7 +343,11 @@ def _zone_basis(run: Run, fit: zones.ZoneFit) -> _ZoneBasis:
     problems = [describe_check(c) for c in checks if c.verdict.verdict != "allow"]
     if network == "deny":
         problems += _static_label_hints(run, fit.zone, overrides)
-    basis = _ZoneBasis(fit, tuple(checks), network, tuple(problems))
+    placement = fit.problems
+    needed = gpus_needed(run.group)
+    basis = _ZoneBasis(fit, tuple(checks), network, tuple(problems), placement, needed, None)
+    if placement:
+        basis = dataclasses.replace(basis, fixed=_row(basis, CapacityFit("", 0, ""), placement))
     run.shape.rows[key] = basis
     return basis
 
@@ -345,22 +355,25 @@ def _zone_basis(run: Run, fit: zones.ZoneFit) -> _ZoneBasis:
 def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     """One zone's row of the map: placement problems, capacity, every flow's verdict, eligibility."""
     basis = _zone_basis(run, fit)
-    problems = list(fit.problems)
-    cap = fit_capacity(run, fit) if not problems else CapacityFit("", 0, "")
-    if not problems and not _takes(run, cap):
-        problems.append(cap.text)
+    if basis.fixed is not None:
+        return basis.fixed
+    cap = fit_capacity(run, fit)
+    return _row(basis, cap, () if _takes(run, cap) else (cap.text,))
+
+
+def _row(basis: _ZoneBasis, cap: CapacityFit, problems: tuple[str, ...]) -> ZoneReport:
+    """The zone's row: `problems` are why the group does not fit there (placement or capacity)."""
+    fit, network = basis.fit, basis.network
     fits = not problems
-    problems += basis.flow_problems
-    network = basis.network
     return ZoneReport(
         zone=fit.zone,
         gpu_nodes=fit.gpu_nodes,
         gpus_free=fit.gpus_free,
-        gpus_needed=gpus_needed(run.group),
+        gpus_needed=basis.needed,
         fits=fits,
         network=network,
         flows=basis.checks,
-        problems=tuple(sorted(problems)),
+        problems=tuple(sorted((*problems, *basis.flow_problems))),
         eligible=fits and network == "allow",
         capacity=cap.state,
         gpus_allocatable=fit.gpus_allocatable,
@@ -506,6 +519,7 @@ def decide_fresh(
     *,
     reserved: ledger.Reserved | None = None,
     suspended: bool = False,
+    shape_key: memo.DecisionKey | None = None,
 ) -> Decision:
     """The zone the group should be pinned to (mutating path), with the per-zone table, computed now
     (`engine.decide` is this, memoized per snapshot).
@@ -514,7 +528,8 @@ def decide_fresh(
     own); `suspended`: the job waits for a queue manager. Returns allowed=False with sorted, per-zone
     reasons when no zone is open and could ever hold the job (or, under capacityPolicy refuse, fits now).
     """
-    run = start_run(group, snapshot, settings, strict=False, reserved=reserved, suspended=suspended)
+    run = start_run(group, snapshot, settings, strict=False, reserved=reserved, suspended=suspended,
+                    shape_key=shape_key)
     if run.devices is not None and run.devices.domain and not run.problems:
         return lead.with_lead(group, _decide_clique(run))
     decision = lead.with_lead(group, _decide(run))

@@ -258,7 +258,8 @@ SHAPES_MEMO_KEY = "engine.shapes"
 S = TypeVar("S")
 
 
-def per_shape(group: JobGroup, snapshot: Snapshot, settings: Settings, build: Callable[[], S]) -> S:
+def per_shape(group: JobGroup, snapshot: Snapshot, settings: Settings, build: Callable[[], S], *,
+              key: DecisionKey | None = None) -> S:
     """What every job of the group's shape shares on this snapshot (engine/decide.py `Shape`: the flow
     checker with its verdicts, the zones' fits), built the first time.
 
@@ -266,7 +267,8 @@ def per_shape(group: JobGroup, snapshot: Snapshot, settings: Settings, build: Ca
     from one template judges them once per snapshot, while each job's capacity (the in-flight holds
     grow with every admission, so its decision key differs) is counted afresh.
     """
-    key = memo_of(snapshot).network_key(group, snapshot, settings)
+    if key is None:  # NB: `key`, when given, is this group's network_key (engine.pending has it)
+        key = memo_of(snapshot).network_key(group, snapshot, settings)
     shapes: BoundedMemo[DecisionKey, S] = snapshot.memo(SHAPES_MEMO_KEY, _new_shapes)
     found = shapes.get(key)
     if found is None:

@@ -25,6 +25,7 @@ from app.engine.decide import (
     warnings_for,
     zone_reasons,
 )
+from app.engine.memo import DecisionKey
 from app.models.cluster import Snapshot
 from app.models.decision import Decision
 from app.models.job import JobGroup
@@ -76,6 +77,7 @@ def validate_fresh(
     *,
     reserved: ledger.Reserved | None = None,
     suspended: bool = False,
+    shape_key: DecisionKey | None = None,
 ) -> Decision:
     """Judge the job as written (validating webhook): one zone for the whole group, and it is open.
     Computed now; `engine.validate` is this, memoized per snapshot.
@@ -85,7 +87,8 @@ def validate_fresh(
     zone it can land in must have open paths, and every replica must be able to run there. A GPU
     shortfall is only a warning here: the pods would wait, not break.
     """
-    run = start_run(group, snapshot, settings, strict=True, reserved=reserved, suspended=suspended)
+    run = start_run(group, snapshot, settings, strict=True, reserved=reserved, suspended=suspended,
+                    shape_key=shape_key)
     decision = lead.with_lead(group, _validate(run))
     mark_warm(run, group)
     return decision
