@@ -9,21 +9,24 @@ of the review (issue 4):
    is missing, or lacks its `metadata` or `spec`, is a copy-on-write copy of the job made
    (`_own_path`: a shallow copy of every container on the template pointers, everything else shared
    with the job and never written to) for `jobs.prepare_templates` to create them in.
-2. The edits, as a small plan per template. The edits (`_edit_template`) run on a *view* of a
-   template that is in the job: a new dict holding, in the template's own key order, only what they
-   read or write (`metadata.labels`; the spec's `nodeSelector`, `affinity`, `tolerations`,
-   `topologySpreadConstraints`). Its values are the job's, shared, and the edits copy a container
-   before writing to it (`_child_map`, `_child_list`), so the job is not modified. A template that
-   `prepare_templates` created is edited in place (it is new, so it is ours); the container it is in
-   that the job lacks is where its op goes. Two replicas with the same template share one view.
-3. The ops. Each such block (a template's view, the job's annotations, a container created for new
-   templates) is diffed against what the job has there (`_diff_into`: `add` for a new key, `add` at
-   `/-` for an appended item, `replace` for a changed scalar), and the blocks are emitted in document
-   order (`_before`). That gives the ops, order included, that the diff of the whole edited job would
-   (the form build_patch had before; test_patch_equivalence.py holds it to that), except for an
-   unchanged NaN (unequal to itself) outside what the edits touch, which that diff reported as a
-   `replace` and which is rightly not an op here. Op values are pruned copies (`copy_pruned`), never
-   shared with the job or the decision; an op whose value is empty scaffolding is dropped.
+2. A plan per template (`_plan`): for each field the edits write (`metadata.labels`; the spec's
+   `affinity`, `tolerations`, `topologySpreadConstraints`), what the job has there and what goes
+   there. A field the template lacks gets a value made from nothing, the patch's own (the affinity
+   once per job for all templates it is the same for: `_Edits.new_affinity`); labels are a merge of
+   string values; a field the template has is edited copy-on-write (`_with_zone`,
+   `_with_pod_affinity`, `_with_tolerations`, `_with_spread`: a container is copied before it is
+   written to), so the job is not modified. A template inside a container `prepare_templates` made
+   is ours: its plan is written into it (`_apply`, also `_edit_template`), and that container is
+   where the op goes.
+3. The ops, emitted from the plans (`_emit`) and the job's annotations, in document order
+   (`_before`): a new field is one `add`, a null one a `replace`, a merge an op per label that
+   changes, and a field the job has the diff of it alone (`_diff_into`: `add` for a new key, `add`
+   at `/-` for an appended item, `replace` for a changed scalar). These are the ops, order included,
+   that the diff of the whole edited job gives (the form build_patch had before;
+   test_patch_equivalence.py holds it to that), except for an unchanged NaN (unequal to itself)
+   beside an edit, which that diff reported as a `replace` and which is rightly not an op here. Op
+   values are never shared with the job or the decision (pruned copies where they hold either's
+   values); one whose value is empty scaffolding is dropped.
 
 Rules the edits follow (DESIGN.md "The decision", step 6):
 
@@ -96,11 +99,13 @@ class PatchError(ValueError):
 
 # A template's plan, one entry per field the edits write, in op order: (part: `metadata` or `spec`,
 # field in it (None: the whole part, which the template lacks or has as null), what the job has
-# there (ABSENT: nothing), what goes there, whether that is already the patch's own and pruned).
-_Plan = list[tuple[str, str | None, Any, Any, bool]]
+# there (ABSENT: nothing), what goes there, how: FRESH (it is the patch's own and pruned), MERGE
+# (string values to set in the object the job has there) or COPY (pruned copies of what differs)).
+_Plan = list[tuple[str, str | None, Any, Any, int]]
+COPY, FRESH, MERGE = 0, 1, 2
 # Where the patch edits: (the keys and indexes that lead there, its JSON pointer, what the job has
-# there (ABSENT: nothing), what goes there, or for a template in the job: its plan).
-_Block = tuple[tuple[str | int, ...], str, Any, Any, _Plan | None]
+# there (ABSENT: nothing), what goes there and how (as in a plan), or for a template in the job: its plan).
+_Block = tuple[tuple[str | int, ...], str, Any, Any, int, _Plan | None]
 
 
 def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision, settings: Settings) -> list[PatchOp]:
@@ -124,9 +129,15 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
     blocks: list[_Block] = []
     found = [_walk(raw_job, replica.template_path) for replica in group.replicas]
     doc: Mapping[str, Any] = raw_job  # what the document order is read from
-    if all(_is_ready(template) for _, template in found):
+    ready = True
+    for _, template in found:
+        if not _is_ready(template):
+            ready = False
+            break
+    if ready:  # NB: every template is there with its metadata and spec (the usual case)
         for replica, (keys, template) in zip(group.replicas, found, strict=True):
-            blocks.append((keys, _spell(keys), template, None, _plan(template, replica, edits, replica.template_path)))
+            blocks.append((keys, _spell(keys), template, None, COPY, _plan(template, replica, edits,
+                                                                           replica.template_path)))
     else:  # NB: rare; `prepare_templates` creates the missing parts in a copy-on-write copy of the job
         doc = _prepared(raw_job, group)
         made: dict[tuple[str | int, ...], _Block] = {}
@@ -134,7 +145,7 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
             where = replica.template_path
             keys, template, anchor = _locate(raw_job, doc, where)
             if anchor is None:  # the job has the template (perhaps without metadata or spec)
-                blocks.append((keys, _spell(keys), template, None, _plan(template, replica, edits, where)))
+                blocks.append((keys, _spell(keys), template, None, COPY, _plan(template, replica, edits, where)))
                 continue
             # In a container prepare_templates made, so the template and everything in it are ours.
             _apply(template, _plan(template, replica, edits, where))
@@ -149,22 +160,37 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
 
         blocks.sort(key=functools.cmp_to_key(compare))
     ops: list[PatchOp] = []
-    for _, path, old, new, plan in blocks:
+    for _, path, old, new, how, plan in blocks:
         if plan is None:
-            _emit(ops, path, old, new, False)
+            _emit(ops, path, old, new, how)
             continue
-        for part, field, was, value, fresh in plan:
-            _emit(ops, f"{path}/{part}/{field}" if field else f"{path}/{part}", was, value, fresh)
+        for part, field, was, value, how in plan:
+            if was is ABSENT and how == FRESH:  # NB: the usual case, written out
+                ops.append({"op": "add", "path": f"{path}/{part}/{field}", "value": value})
+            else:
+                _emit(ops, f"{path}/{part}/{field}" if field else f"{path}/{part}", was, value, how)
     # An op that would only add empty scaffolding (e.g. `labels: {}` with no label to set) is dropped.
     return [op for op in ops if not (isinstance(op["value"], CONTAINERS) and not op["value"])]
 
 
-def _emit(ops: list[PatchOp], path: str, old: Any, new: Any, fresh: bool) -> None:
-    """The ops that put `new` where the job has `old` (ABSENT: nothing). `fresh`: `new` is the patch's own
-    and pruned, so it goes in as it is; otherwise ops carry pruned copies (`copy_pruned`)."""
-    if old is ABSENT:
-        ops.append({"op": "add", "path": path, "value": new if fresh else copy_pruned(new)})
-    elif fresh and old is None:
+def _emit(ops: list[PatchOp], path: str, old: Any, new: Any, how: int) -> None:
+    """The ops that put `new` where the job has `old` (ABSENT: nothing), `how` the plan says (`_Plan`);
+    they are the ops the diff of `old` and the edited value gives (`_diff_into`)."""
+    if how == MERGE:  # NB: as the diff has them: changed keys replaced in the object's order, then new ones
+        replaced: list[str] = []
+        for key, value in new.items():
+            prev = old.get(key, ABSENT)
+            if prev is ABSENT:
+                ops.append({"op": "add", "path": f"{path}/{_escaped(key)}", "value": value})
+            elif not (prev == value and type(prev) is type(value)):
+                replaced.append(key)
+        if replaced:  # NB: rare (a label the user set otherwise)
+            at = len(ops) - sum(1 for key in new if key not in old)
+            ops[at:at] = [{"op": "replace", "path": f"{path}/{_escaped(key)}", "value": new[key]}
+                          for key in old if key in replaced]
+    elif old is ABSENT:
+        ops.append({"op": "add", "path": path, "value": new if how == FRESH else copy_pruned(new)})
+    elif how == FRESH and old is None:
         ops.append({"op": "replace", "path": path, "value": new})
     elif not _unchanged(old, new):
         _diff_into(ops, old, new, path, copy_pruned)
@@ -255,7 +281,7 @@ def _new_container(raw_job: Mapping[str, Any], doc: Mapping[str, Any], keys: tup
     else:
         old = parent.get(key, ABSENT)
         path = _spell(keys)
-    return keys, path, old, _find(doc, keys), None
+    return keys, path, old, _find(doc, keys), COPY, None
 
 
 def _find(doc: Any, keys: Sequence[str | int]) -> Any:
@@ -287,13 +313,13 @@ def _annotations(raw_job: Mapping[str, Any], decision: Decision, group: JobGroup
     if isinstance(metadata, dict):
         old = metadata.get("annotations", ABSENT)
         if old is ABSENT or old is None:
-            return _ANNOTATIONS, "/metadata/annotations", old, updates, None
+            return _ANNOTATIONS, "/metadata/annotations", old, updates, COPY, None
         if not isinstance(old, dict):
             raise PatchError(f"/metadata/annotations: expected an object, got {type(old).__name__}")
-        return _ANNOTATIONS, "/metadata/annotations", old, {**old, **updates}, None
+        return _ANNOTATIONS, "/metadata/annotations", old, updates, MERGE, None
     if metadata is not ABSENT and metadata is not None:
         raise PatchError(f"/metadata: expected an object, got {type(metadata).__name__}")
-    return _METADATA, "/metadata", metadata, {"annotations": updates}, None
+    return _METADATA, "/metadata", metadata, {"annotations": updates}, COPY, None
 
 
 def _before(doc: Mapping[str, Any], a: tuple[str | int, ...], b: tuple[str | int, ...]) -> bool:
@@ -303,10 +329,10 @@ def _before(doc: Mapping[str, Any], a: tuple[str | int, ...], b: tuple[str | int
     Raises:
         PatchError: one is inside the other (a pod template inside another).
     """
-    fork = _fork(a, b)
+    fork = 0 if a and b and a[0] != b[0] else _fork(a, b)  # NB: the annotations and a template part at the root
     node: Any = doc
-    for key in a[:fork]:
-        node = node[key]
+    for depth in range(fork):
+        node = node[a[depth]]
     x, y = a[fork], b[fork]
     if isinstance(node, list):
         return x < y  # type: ignore[operator]  # NB: both indexes
@@ -352,7 +378,7 @@ class _Edits:
     def new_affinity(self, node_selector: Any, replica: Replica, where: str) -> Any:
         """`affinity` for a template without one (ABSENT: none needed), made once per job for each value it
         depends on: whether the replica is in the clique, and the nodeSelector's zone and clique labels."""
-        if isinstance(node_selector, Mapping):
+        if node_selector is not None and isinstance(node_selector, Mapping):
             seen = (node_selector.get(self.settings.zone_label), node_selector.get(self.settings.clique_label))
         else:
             seen = None
@@ -388,15 +414,15 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
     them). A field it lacks (or has as null) gets a new value of the patch's own; one it has, an
     edited copy-on-write copy that shares with the job whatever the edits do not write to."""
     metadata, spec = template.get("metadata"), template.get("spec")
-    meta = _part(metadata, "metadata", where)
+    meta = metadata if type(metadata) is dict else _part(metadata, "metadata", where)
     old = meta.get("labels", ABSENT)
     if old is ABSENT or old is None:
-        meta_plan: _Plan = [("metadata", "labels", old, dict(edits.labels), True)]
+        meta_plan: _Plan = [("metadata", "labels", old, dict(edits.labels), FRESH)]
     elif isinstance(old, dict):
-        meta_plan = [("metadata", "labels", old, {**old, **edits.labels}, False)]
+        meta_plan = [("metadata", "labels", old, edits.labels, MERGE)]
     else:
         raise PatchError(f"{where}/metadata/labels: expected an object, got {type(old).__name__}")
-    fields = _part(spec, "spec", where)
+    fields = spec if type(spec) is dict else _part(spec, "spec", where)
     spec_path = f"{where}/spec"
     spec_plan: _Plan = []
     there = 0  # how many of the planned fields the spec has (they come first, in its order)
@@ -405,31 +431,36 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
         node_selector = fields.get("nodeSelector")
         if old is ABSENT or old is None:  # NB: made from nothing: the same for every template it is the same for
             new = edits.new_affinity(node_selector, replica, spec_path)
-            fresh = edits.fresh_affinity
+            how = FRESH if edits.fresh_affinity else COPY
         else:
-            new, fresh = edits.affinity(old, node_selector, replica, spec_path), False
+            new, how = edits.affinity(old, node_selector, replica, spec_path), COPY
         if new is not old:
-            spec_plan.append(("spec", "affinity", old, new, fresh))
+            spec_plan.append(("spec", "affinity", old, new, how))
             there += old is not ABSENT
     wanted = edits.decision.tolerations.get(replica.key, ())
     if wanted:
         old = fields.get("tolerations", ABSENT)
         new = _with_tolerations(old, wanted, spec_path)
-        # NB: new items are shallow copies of the decision's (shared by a memo): fresh only when flat
-        fresh = (old is ABSENT or old is None) and all(SCALARS.issuperset(map(type, t.values())) for t in new)
-        spec_plan.append(("spec", "tolerations", old, new, fresh))
+        # NB: new items are shallow copies of the decision's (shared by a memo): the patch's own when flat
+        flat = (old is ABSENT or old is None) and all(SCALARS.issuperset(map(type, t.values())) for t in new)
+        spec_plan.append(("spec", "tolerations", old, new, FRESH if flat else COPY))
         there += old is not ABSENT
     if edits.spread:
         old = fields.get("topologySpreadConstraints", ABSENT)
         new = _with_spread(old, edits.selector, spec_path)
-        fresh = (old is ABSENT or old is None) and bool(edits.selector)  # NB: pruned unless the selector is empty
-        spec_plan.append(("spec", "topologySpreadConstraints", old, new, fresh))
+        made = (old is ABSENT or old is None) and bool(edits.selector)  # NB: pruned unless the selector is empty
+        spec_plan.append(("spec", "topologySpreadConstraints", old, new, FRESH if made else COPY))
         there += old is not ABSENT
     if there and (there > 1 or spec_plan[0][2] is ABSENT):  # NB: sort is stable: new ones keep their order
         order = list(fields)
         spec_plan.sort(key=lambda entry: order.index(str(entry[1])) if entry[2] is not ABSENT else len(order))
-    if isinstance(metadata, dict) and isinstance(spec, dict):  # NB: the usual case
-        return meta_plan + spec_plan if _first(template, "metadata", "spec") else spec_plan + meta_plan
+    if type(metadata) is dict and type(spec) is dict:  # NB: the usual case: both there, in the template's order
+        for key in template:
+            if key == "metadata":
+                return meta_plan + spec_plan
+            if key == "spec":
+                break
+        return spec_plan + meta_plan
     return _join(template, meta_plan, spec_plan)
 
 
@@ -442,16 +473,6 @@ def _part(value: Any, key: str, where: str) -> dict[str, Any]:
     raise PatchError(f"{where}/{key}: expected an object, got {type(value).__name__}")
 
 
-def _first(container: dict[str, Any], a: str, b: str) -> bool:
-    """Whether the key `a` comes before `b` in `container` (which has both)."""
-    for key in container:
-        if key == a:
-            return True
-        if key == b:
-            return False
-    return False
-
-
 def _join(template: dict[str, Any], meta_plan: _Plan, spec_plan: _Plan) -> _Plan:
     """A template's plan from its parts' when it lacks one (or has it as null): the parts it has in its
     key order, then each part it lacks as one whole new object (`metadata`, then `spec`, as
@@ -462,7 +483,7 @@ def _join(template: dict[str, Any], meta_plan: _Plan, spec_plan: _Plan) -> _Plan
     for part in [*there, *(key for key in parts if key not in there)]:
         old = template.get(part, ABSENT)
         if old is ABSENT or old is None:
-            plan.append((part, None, old, {field: new for _, field, _, new, _ in parts[part]}, False))
+            plan.append((part, None, old, {field: new for _, field, _, new, _ in parts[part]}, COPY))
         else:
             plan += parts[part]
     return plan
@@ -471,7 +492,9 @@ def _join(template: dict[str, Any], meta_plan: _Plan, spec_plan: _Plan) -> _Plan
 def _apply(template: dict[str, Any], plan: _Plan) -> None:
     """Write a plan into a template of the caller's own; the containers in it are replaced by the plan's
     values (copies where they were edited), never written to."""
-    for part, field, _, new, _ in plan:
+    for part, field, old, new, how in plan:
+        if how == MERGE:
+            new = {**old, **new}
         template[part] = new if field is None else {**template[part], field: new}
 
 
@@ -552,7 +575,7 @@ def _with_zone(affinity: Any, node_selector: Any, zone_label: str, zones: Sequen
     """`affinity` with `zone_label In zones` ANDed into every nodeSelectorTerm that does not already
     imply it (the same object when the nodeSelector already does)."""
     allowed = set(zones)
-    if isinstance(node_selector, Mapping) and node_selector.get(zone_label) in allowed:
+    if node_selector is not None and isinstance(node_selector, Mapping) and node_selector.get(zone_label) in allowed:
         return affinity  # nodeSelector is ANDed with every term: the template is already confined
     requirement = zone_requirement(zone_label, zones)
     if affinity is ABSENT or affinity is None:  # NB: the usual case, written out
