@@ -153,7 +153,12 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
                 made[at] = _new_container(raw_job, doc, at)
         blocks += made.values()
     blocks.insert(0, _annotations(raw_job, decision, group, settings))  # NB: after the templates' errors
-    if not all(_before(doc, a[0], b[0]) for a, b in itertools.pairwise(blocks)):
+    ordered = True
+    for a, b in itertools.pairwise(blocks):
+        if not _before(doc, a[0], b[0]):
+            ordered = False
+            break
+    if not ordered:
 
         def compare(a: _Block, b: _Block) -> int:
             return -1 if _before(doc, a[0], b[0]) else 1
@@ -165,17 +170,18 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
             _emit(ops, path, old, new, how)
             continue
         for part, field, was, value, how in plan:
-            if was is ABSENT and how == FRESH:  # NB: the usual case, written out
-                ops.append({"op": "add", "path": f"{path}/{part}/{field}", "value": value})
+            if was is ABSENT and how == FRESH:  # NB: the usual case, written out (as `_emit`)
+                if value:
+                    ops.append({"op": "add", "path": f"{path}/{part}/{field}", "value": value})
             else:
                 _emit(ops, f"{path}/{part}/{field}" if field else f"{path}/{part}", was, value, how)
-    # An op that would only add empty scaffolding (e.g. `labels: {}` with no label to set) is dropped.
-    return [op for op in ops if not (isinstance(op["value"], CONTAINERS) and not op["value"])]
+    return ops
 
 
 def _emit(ops: list[PatchOp], path: str, old: Any, new: Any, how: int) -> None:
     """The ops that put `new` where the job has `old` (ABSENT: nothing), `how` the plan says (`_Plan`);
-    they are the ops the diff of `old` and the edited value gives (`_diff_into`)."""
+    they are the ops the diff of `old` and the edited value gives (`_diff_into`), but for one that
+    would only add empty scaffolding (e.g. `labels: {}` with no label to set), which is dropped."""
     if how == MERGE:  # NB: as the diff has them: changed keys replaced in the object's order, then new ones
         replaced: list[str] = []
         for key, value in new.items():
@@ -188,12 +194,14 @@ def _emit(ops: list[PatchOp], path: str, old: Any, new: Any, how: int) -> None:
             at = len(ops) - sum(1 for key in new if key not in old)
             ops[at:at] = [{"op": "replace", "path": f"{path}/{_escaped(key)}", "value": new[key]}
                           for key in old if key in replaced]
-    elif old is ABSENT:
-        ops.append({"op": "add", "path": path, "value": new if how == FRESH else copy_pruned(new)})
-    elif how == FRESH and old is None:
-        ops.append({"op": "replace", "path": path, "value": new})
+    elif old is ABSENT or (how == FRESH and old is None):
+        value = new if how == FRESH else copy_pruned(new)
+        if value or not isinstance(value, CONTAINERS):
+            ops.append({"op": "add" if old is ABSENT else "replace", "path": path, "value": value})
     elif not _unchanged(old, new):
+        start = len(ops)
         _diff_into(ops, old, new, path, copy_pruned)
+        ops[start:] = [op for op in ops[start:] if op["value"] or not isinstance(op["value"], CONTAINERS)]
 
 
 def _prepared(raw_job: Mapping[str, Any], group: JobGroup) -> dict[str, Any]:
@@ -442,7 +450,11 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
         old = fields.get("tolerations", ABSENT)
         new = _with_tolerations(old, wanted, spec_path)
         # NB: new items are shallow copies of the decision's (shared by a memo): the patch's own when flat
-        flat = (old is ABSENT or old is None) and all(SCALARS.issuperset(map(type, t.values())) for t in new)
+        flat = old is ABSENT or old is None
+        for item in new if flat else ():
+            if not SCALARS.issuperset(map(type, item.values())):
+                flat = False
+                break
         spec_plan.append(("spec", "tolerations", old, new, FRESH if flat else COPY))
         there += old is not ABSENT
     if edits.spread:
