@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from app import jobs
 from app.config import Settings
-from app.engine import patch_rules, patches
+from app.engine import patches
 from app.models import labels
 from app.models.decision import Decision
 from app.models.job import JobGroup
@@ -103,7 +103,7 @@ def reference_build_patch(
     edited: dict[str, Any] = json.loads(json.dumps(raw_job))  # NB: no shared objects, unlike copy.deepcopy
     jobs.prepare_templates(edited, group)
     selector = (
-        {GROUP: patches.group_label_value(raw_job, group)} if patch_rules.needs_group_label(group, config) else {}
+        {GROUP: patches.group_label_value(raw_job, group)} if patches.needs_group_label(group, config) else {}
     )
     for replica in group.replicas:
         template = patches.resolve_pointer(edited, replica.template_path)
@@ -113,14 +113,14 @@ def reference_build_patch(
             decision,
             config,
             selector,
-            spread=patch_rules.spreads(group, config),
+            spread=patches.spreads(group, config),
             where=replica.template_path,
         )
     annotations = patches._child_map(patches._child_map(edited, "metadata", ""), "annotations", "/metadata")
     if decision.zone and config.mode == "pin":
         annotations[labels.ZONE_ANNOTATION] = decision.zone
     if decision.summary:
-        annotations[labels.DECISION_ANNOTATION] = patch_rules.decision_annotation(decision, group)
+        annotations[labels.DECISION_ANNOTATION] = patches.decision_annotation(decision, group)
     return [op for op in map(_prune_op, reference_diff(dict(raw_job), edited)) if op is not None]
 
 

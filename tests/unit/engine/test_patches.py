@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from app import jobs
 from app.config import Settings
 from app.engine import patches
 from app.models.decision import Decision
@@ -367,3 +370,105 @@ def test_diff_documents(old: Any, new: Any, want: list[dict[str, Any]]) -> None:
 def test_diff_documents_refuses_removals(old: Any, new: Any) -> None:
     with pytest.raises(patches.PatchError):
         patches.diff_documents(old, new)
+
+
+# --- a job as kubectl sends it (the bench's shape), and what op values are made of ----------------
+
+GPU = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+
+
+def kubectl_job() -> dict[str, Any]:
+    """A PyTorchJob with managedFields and a last-applied annotation, one replica already tolerating spot."""
+    def replica(role: str, count: int, **spec: Any) -> dict[str, Any]:
+        return {"replicas": count, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"labels": {"app": "llm", "role": role}},
+            "spec": {"containers": [CONTAINER], "volumes": [{"name": "shm", "emptyDir": {}}], **spec}}}
+
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "llm", "namespace": "ml", "labels": {"team": "ml"},
+                     "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                     "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]},
+        "spec": {"pytorchReplicaSpecs": {
+            "Master": replica("coordinator", 1),
+            "Worker": replica("worker", 15, tolerations=[{"key": "spot", "operator": "Exists"}])}},
+    }
+
+
+def parsed(doc: Mapping[str, Any]) -> JobGroup:
+    return jobs.parse_job(doc, gpu_resources=("nvidia.com/gpu",), namespace="ml")
+
+
+def kubectl_decision(**changes: Any) -> Decision:
+    return dataclasses.replace(Decision(
+        allowed=True, zone="zone-a", zones=(), reasons=(), tolerations={"Master": (GPU,)},
+        labels={"zone": "zone-a"}, open_zones=("zone-a",), summary="zone=zone-a"), **changes)
+
+
+def test_a_job_as_kubectl_sends_it_gets_exactly_these_ops() -> None:
+    doc = kubectl_job()
+    identity = Settings(zone_identity_label="zone")
+    pin = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": identity.zone_label, "operator": "In", "values": ["zone-a"]}]}]}}}
+    assert patches.build_patch(doc, parsed(doc), kubectl_decision(), identity) == [
+        add("/metadata/annotations/topoguard.io~1zone", "zone-a"),
+        add("/metadata/annotations/topoguard.io~1decision", "zone=zone-a"),
+        add(f"{MASTER}/metadata/labels/zone", "zone-a"),
+        add(f"{MASTER}/spec/affinity", pin),
+        add(f"{MASTER}/spec/tolerations", [GPU]),
+        add(f"{WORKER}/metadata/labels/zone", "zone-a"),
+        add(f"{WORKER}/spec/affinity", pin),
+    ]
+
+
+def test_op_values_share_nothing_with_the_job_or_the_decision() -> None:
+    """The decision is shared by a memo and the job is the caller's: changing an op's value reaches neither,
+    nor a later patch."""
+    doc = kubectl_job()
+    chosen = kubectl_decision(tolerations={"Master": (GPU,), "Worker": ({**GPU, "extra": {"a": [1]}},)})
+    config = Settings(mode="colocate", spread_within_zone="hostname")
+    before = json.dumps([doc, dataclasses.asdict(chosen)], default=dict)
+    first = patches.build_patch(doc, parsed(doc), chosen, config)
+    want = json.dumps(first)
+    for op in first:
+        _mark(op["value"])
+    assert json.dumps([doc, dataclasses.asdict(chosen)], default=dict) == before
+    assert json.dumps(patches.build_patch(doc, parsed(doc), chosen, config)) == want
+
+
+def _mark(value: Any) -> None:
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _mark(item)
+        value["mutated"] = True
+    elif isinstance(value, list):
+        for item in list(value):
+            _mark(item)
+        value.append("mutated")
+
+
+@pytest.mark.parametrize("present", [None, [], [{"key": "spot", "operator": "Exists"}], "absent"])
+def test_a_toleration_is_copied_without_its_empty_parts(present: Any) -> None:
+    doc = kubectl_job()
+    if present != "absent":
+        doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["tolerations"] = present
+    odd = {"key": "x", "operator": "Exists", "effect": "NoSchedule", "extra": {"empty": []}}
+    chosen = kubectl_decision(tolerations={"Master": (odd, {}, GPU)})
+    ops = patches.build_patch(doc, parsed(doc), chosen, Settings(zone_identity_label="zone"))
+    added = [op for op in ops if op["path"].startswith(f"{MASTER}/spec/tolerations")]
+    pruned = {"key": "x", "operator": "Exists", "effect": "NoSchedule"}
+    if isinstance(present, list):  # appended one by one; the empty one's op is dropped
+        assert added == [add(f"{MASTER}/spec/tolerations/-", pruned), add(f"{MASTER}/spec/tolerations/-", GPU)]
+    else:
+        assert [op["value"] for op in added] == [[pruned, {}, GPU]]
+
+
+@pytest.mark.parametrize("second", [MASTER, "/spec/pytorchReplicaSpecs/Master"], ids=["the same", "its parent"])
+def test_template_pointers_that_lead_one_into_the_other_are_a_patch_error(second: str) -> None:
+    """No adapter makes such pointers; the patch refuses them rather than editing one template twice."""
+    doc = kubectl_job()
+    group = parsed(doc)
+    odd = dataclasses.replace(group, replicas=(group.replicas[0], dataclasses.replace(group.replicas[1],
+                                                                                      template_path=second)))
+    with pytest.raises(patches.PatchError, match="one pod template inside another"):
+        patches.build_patch(doc, odd, kubectl_decision(), Settings(zone_identity_label="zone"))
