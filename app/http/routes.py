@@ -167,12 +167,17 @@ def decision_metrics(state: AppState, decision: Decision) -> tuple[dict[str, int
 
 @dataclass(frozen=True)
 class _Answered:
-    """A review answered on a worker: the encoded response AdmissionReview and what the loop records."""
+    """A review answered: the encoded response AdmissionReview and what the loop records."""
 
     body: bytes
     outcome: str
     decision: Decision | None
     skip: str = ""  # pipeline.Outcome.skip
+    message: str = ""  # the refusal's message for the log line ("" when it allows)
+
+    @classmethod
+    def of(cls, review: dict[str, Any], outcome: str, decision: Decision | None, skip: str = "") -> _Answered:
+        return cls(orjson.dumps(review), outcome, decision, skip, _denial_message(review))
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,7 @@ class _Undecided:
 
 
 def _encode(outcome: pipeline.Outcome) -> _Answered:
-    return _Answered(orjson.dumps(outcome.review), outcome.outcome, outcome.decision, outcome.skip)
+    return _Answered.of(outcome.review, outcome.outcome, outcome.decision, outcome.skip)
 
 
 def _read(state: AppState, operation: Operation, body: bytes, held: _Held
@@ -204,7 +209,7 @@ def _read(state: AppState, operation: Operation, body: bytes, held: _Held
         log.exception("unexpected error answering a review", extra={"uid": request.uid, "operation": operation})
         refusal = responses.refused(request.uid, code=500,
                                     message=f"topoguard: internal error answering request {request.uid}")
-        return request, _Answered(orjson.dumps(refusal), "error", None)
+        return request, _Answered.of(refusal, "error", None)
     return request, _Undecided(request, snapshot, prepared)
 
 
@@ -242,7 +247,7 @@ def _unchecked(state: AppState, request: pipeline.ReviewRequest, snapshot: Snaps
         review = responses.allowed(request.uid, warnings=[message + "; admitted unchecked (enforcement=warn)"])
     else:
         review = responses.refused(request.uid, code=code, message=message + "; retry shortly")
-    return _Answered(orjson.dumps(review), "timeout" if code == 504 else "shed", None)
+    return _Answered.of(review, "timeout" if code == 504 else "shed", None)
 
 
 async def _answer(state: AppState, operation: Operation, body: bytes, started: float, held: _Held
@@ -326,7 +331,7 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
 
     if answered.outcome == "error":
         log.error("review failed inside the pipeline",
-                  extra={"uid": request.uid, "operation": operation, "error": _denial_message_of(answered.body)})
+                  extra={"uid": request.uid, "operation": operation, "error": answered.message})
     duration = time.perf_counter() - started
     await _send(send, 200, answered.body, close=state.draining)
     kind = request.kind.kind if request.kind.kind in KNOWN_KINDS else "other"
@@ -342,7 +347,7 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
         uid=request.uid[:LOGGED_TEXT_CHARS], kind=request.kind.kind[:LOGGED_TEXT_CHARS],
         namespace=(request.namespace or "")[:LOGGED_TEXT_CHARS], name=(request.name or "")[:LOGGED_TEXT_CHARS],
         operation=operation, outcome=answered.outcome, zone=decision.zone if decision else None,
-        duration_seconds=duration, message=_denial_message_of(answered.body) if answered.outcome != "patched" else "",
+        duration_seconds=duration, message=answered.message if answered.outcome != "patched" else "",
     )
 
 
@@ -482,12 +487,6 @@ def _decoded_size(body: bytes, limit: int) -> int:
                                 f"limit of {limit:,} (reviewMemoryBytes); no training job needs that many objects",
                            close=True)
     return size
-
-
-def _denial_message_of(body: bytes) -> str:
-    """The refusal message in an encoded response AdmissionReview ("" when it allows)."""
-    review = orjson.loads(body)
-    return _denial_message(review) if isinstance(review, dict) else ""
 
 
 def _denial_message(review: dict[str, Any]) -> str:
