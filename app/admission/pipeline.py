@@ -40,7 +40,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Required, TypedDict, Unpack, get_args
 
 import orjson
 from pydantic import ValidationError
@@ -252,18 +252,20 @@ def _walked_deeper_than(node: Any, limit: int) -> bool:
     return False
 
 
-def answer(
-    request: ReviewRequest,
-    *,
-    snapshot: Snapshot,
-    settings: Settings,
-    operation: Operation,
-    cache_problem: str | None = None,
-    in_flight: InFlight | None = None,
-) -> Outcome:
-    """The response AdmissionReview for `request` (see the module docstring for the rules)."""
-    return prepare(request, snapshot=snapshot, settings=settings, operation=operation,
-                   cache_problem=cache_problem, in_flight=in_flight).result()
+class Context(TypedDict, total=False):
+    """What a review is answered against (`prepare`'s keyword arguments)."""
+
+    snapshot: Required[Snapshot]
+    settings: Required[Settings]
+    operation: Required[Operation]
+    cache_problem: str | None
+    in_flight: InFlight | None
+
+
+def answer(request: ReviewRequest, **context: Unpack[Context]) -> Outcome:
+    """The response AdmissionReview for `request` (see the module docstring for the rules): `prepare`, then
+    `Prepared.result`, at once."""
+    return prepare(request, **context).result()
 
 
 class Prepared:

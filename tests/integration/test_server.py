@@ -473,9 +473,11 @@ class CountingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-def test_admitted_jobs_hold_gpus_so_each_next_decision_is_made_afresh(
+def test_admitted_jobs_hold_gpus_and_the_next_decisions_count_them_without_a_decision_worker(
     serve: Callable[..., RunningServer], server_pair: KeyPair
 ) -> None:
+    """Each admission holds its GPUs, so no two decisions share a memo entry; but only the first job of the shape
+    goes to a decision worker: the next ones only count the new holds (engine Pending.cheap), where they were read."""
     snapshot = build_snapshot(scenario_objects(load_scenario("lab-pytorchjob-managed-zone-label")))
     app = create_app(Settings(zone_identity_label="zone"), StaticStore(snapshot))
     pool = CountingExecutor()
@@ -486,7 +488,7 @@ def test_admitted_jobs_hold_gpus_so_each_next_decision_is_made_afresh(
         for name in ("sweep-1", "sweep-2", "sweep-3"):
             review = admission_review(pytorchjob(name))
             assert check_review_envelope(c.post("/mutate", json=review).json(), review["request"]["uid"])["allowed"]
-    assert pool.submitted == 3
+    assert pool.submitted == 1
     assert len(app.state.in_flight) == 3
 
 
@@ -494,7 +496,8 @@ def test_a_decision_in_the_memo_is_answered_without_a_decision_worker(
     serve: Callable[..., RunningServer], server_pair: KeyPair
 ) -> None:
     """The first job of a shape is decided on a decision worker (deadline kept); the next ones, which differ
-    only in name, come from the snapshot's decision memo and are answered by the reader, with their own names.
+    only in name, come from the snapshot's decision memo and are answered where they were read, with their own
+    names.
 
     Dry runs, so that no review holds in-flight GPUs: a real admission's hold changes what the next
     decision counts, and a decision made with other holds is never served from the memo (below)."""
