@@ -67,15 +67,11 @@ def estimated_memory(body: bytes) -> int:
     """An upper bound of what decoding `body` costs at its peak (bytes): a bound per byte of text plus one per
     structural byte.
 
-    The structural bytes are counted in the raw text, strings included, so the count only errs high. One
-    C-speed pass that drops them from a copy (about 1 µs per KiB on the dev VM, a third of four `count`
-    scans; the copy is gone at once); nothing is decoded.
+    The structural bytes are counted in the raw text, strings included, so the count only errs high. Four
+    C-speed scans (about 1 ms per MiB each on the dev VM); nothing is decoded, nothing is copied.
     """
-    structural = len(body) - len(body.translate(None, _STRUCTURAL))
+    structural = body.count(b"{") + body.count(b"[") + body.count(b",") + body.count(b":")
     return BYTES_PER_TEXT_BYTE * len(body) + BYTES_PER_STRUCTURAL_BYTE * structural
-
-
-_STRUCTURAL = b"{[,:"
 
 
 class MemoryBudget:
