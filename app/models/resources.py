@@ -65,27 +65,9 @@ _SUFFIX_SCALE: Mapping[str, Fraction] = {
 }
 
 
-# Quantities as written, read once: a review's containers repeat a handful of strings (`"4"`, `"16Gi"`,
-# `"500m"`), and reading one through `Fraction` costs ~10 µs. Bounded (the strings are user data); a
-# Fraction is immutable, so one object serves every reader.
-QUANTITY_MEMO_SIZE = 4096
-_QUANTITIES: dict[str, Fraction | None] = {}
-
-
 def parse_quantity(value: Any) -> Fraction | None:
-    """A Kubernetes resource.Quantity (`2`, `"500m"`, `"2Gi"`, `"1e3"`) as a number; None if it is none."""
-    if type(value) is str:
-        try:
-            return _QUANTITIES[value]
-        except KeyError:
-            amount = _read_quantity(value)
-            if len(_QUANTITIES) < QUANTITY_MEMO_SIZE:
-                _QUANTITIES[value] = amount
-            return amount
-    return _read_quantity(value)
-
-
-def _read_quantity(value: Any) -> Fraction | None:
+    """A Kubernetes resource.Quantity (`2`, `"500m"`, `"2Gi"`, `"1e3"`) as a number; None if it is none.
+    (A review's container requests are read through jobs.templates' bounded memo of short values.)"""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
