@@ -255,8 +255,9 @@ async def _answer(state: AppState, operation: Operation, body: bytes, started: f
     """The review's answer, with as few hand-offs between threads as its cost allows (`INLINE_BODY_BYTES`).
 
     A small body is read on the event loop, and so is its answer when that costs nothing more (a memo hit, a
-    refusal, a skip): no hand-off at all. A big body is read on a reader thread. A decision to compute runs on a
-    decision worker, fair between namespaces, under the review's deadline. So a review crosses threads at most
+    refusal, a skip, a decision of a shape already decided on the snapshot, which only counts its reservations:
+    `pipeline.Prepared.cheap`): no hand-off at all. A big body is read on a reader thread. A decision to compute
+    runs on a decision worker, fair between namespaces, under the review's deadline. So a review crosses threads at most
     once, unless it is both big and needs a decision (the guarded path: bounded work, deadline, fairness).
     """
     deadline = started + state.settings.request_deadline_seconds
