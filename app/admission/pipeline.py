@@ -60,7 +60,7 @@ from app.models.job import JobGroup
 
 __all__ = [
     "BadReview", "Outcome", "Prepared", "ReviewRequest", "answer", "check_nesting", "parse_review", "prepare",
-    "unsupported_message",
+    "replica_types", "unsupported_message",
 ]
 
 log = logging.getLogger(__name__)
@@ -327,6 +327,12 @@ def prepare(
         return _prepare(request, snapshot, settings, operation, cache_problem, kind, in_flight)
     except Exception as e:
         return Prepared(request, kind, _internal_error(request, kind, e))
+
+
+def replica_types(request: ReviewRequest) -> int:
+    """The most replica types the request's job (or, on UPDATE, its old version) writes (`jobs.replica_types`):
+    what `prepare` costs grows with its square."""
+    return max(jobs.replica_types(request.obj), jobs.replica_types(request.old_object))
 
 
 def _internal_error(request: ReviewRequest, kind: str, error: Exception) -> Outcome:

@@ -19,9 +19,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Response
@@ -39,14 +39,19 @@ from app.models.labels import ENFORCEMENT_LABEL
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Operation = Literal["mutate", "validate"]
 REVIEW_PATHS: Mapping[str, Operation] = {"/mutate": "mutate", "/validate": "validate"}
 JSON_CONTENT_TYPE = b"application/json"
-# A review body up to this size is read (decoded, parsed, looked up) on the event loop itself: reading costs
-# about 20 µs per KiB at worst (bench/bench_adversarial.py's shapes), so at most ~1.5 ms of loop time, less than
-# two hand-offs to a reader thread and back cost a small review under load. A bigger body is read on a reader
-# thread, so that the loop only moves its bytes. Real reviews are 2-30 KiB.
-INLINE_BODY_BYTES = 64 * 1024
+# Where a review is read (decoded, its job parsed, its decision looked up): on the event loop when that costs no
+# more than the GIL's switch interval (5 ms), which is how long a reader thread may keep the loop waiting anyway,
+# else on a reader thread, so that the loop only moves the bytes. Decoding and reading a job cost with its size
+# (up to ~250 µs per KiB for a dense one: thousands of container ports) and with the square of its replica types
+# (flows per pair: a 16 KiB JobSet of 64 replicated jobs takes ~18 ms). So: a body up to INLINE_BODY_BYTES
+# (~4 ms at worst) is decoded on the loop, and its job read there too when it writes at most INLINE_REPLICA_TYPES
+# types. Real reviews are mostly 3-15 KiB and write 1-5 types.
+INLINE_BODY_BYTES = 16 * 1024
+INLINE_REPLICA_TYPES = 8
 # Caller-controlled strings are clipped before they reach a log line.
 LOGGED_TEXT_CHARS = 253
 # Metric label values for `kind` are bounded: anything else a caller sends is counted as "other".
@@ -195,22 +200,26 @@ def _encode(outcome: pipeline.Outcome) -> _Answered:
 
 def _read(state: AppState, operation: Operation, body: bytes, held: _Held
           ) -> tuple[pipeline.ReviewRequest, _Answered | _Undecided]:
-    """Step 1, on a reader thread: hold what decoding will cost, decode and read the review, take the snapshot
-    (once), prepare the answer (`pipeline.prepare`) and finish it when that costs nothing more (a memo hit, a
-    refusal, a skip)."""
+    """Step 1 for a big body, on a reader thread: `_parsed`, then `_prepared`."""
     request = _parsed(state, body, held)
+    return request, _prepared(state, operation, request)
+
+
+def _prepared(state: AppState, operation: Operation, request: pipeline.ReviewRequest) -> _Answered | _Undecided:
+    """Take the snapshot (once), prepare the answer (`pipeline.prepare`) and finish it when that costs nothing
+    more (a memo hit, a refusal, a skip, a decision of a shape already decided)."""
     try:
         snapshot, problem = state.snapshot()
         prepared = pipeline.prepare(request, snapshot=snapshot, settings=state.settings, operation=operation,
                                      cache_problem=problem, in_flight=state.in_flight)
         if prepared.cheap:
-            return request, _encode(prepared.result())
+            return _encode(prepared.result())
     except Exception:
         log.exception("unexpected error answering a review", extra={"uid": request.uid, "operation": operation})
         refusal = responses.refused(request.uid, code=500,
                                     message=f"topoguard: internal error answering request {request.uid}")
-        return request, _Answered.of(refusal, "error", None)
-    return request, _Undecided(request, snapshot, prepared)
+        return _Answered.of(refusal, "error", None)
+    return _Undecided(request, snapshot, prepared)
 
 
 def _parsed(state: AppState, body: bytes, held: _Held) -> pipeline.ReviewRequest:
@@ -262,15 +271,17 @@ async def _answer(state: AppState, operation: Operation, body: bytes, started: f
     """
     deadline = started + state.settings.request_deadline_seconds
     workers = state.workers
-    if workers is None or len(body) <= INLINE_BODY_BYTES:
+    step: _Answered | _Undecided
+    if workers is None:
         request, step = _read(state, operation, body, held)
+    elif len(body) > INLINE_BODY_BYTES:
+        request, step = await _off_loop(workers, functools.partial(_read, state, operation, body, held), deadline)
     else:
-        try:
-            async with asyncio.timeout(max(deadline - time.perf_counter(), 0.0)):
-                request, step = await workers.read(functools.partial(_read, state, operation, body, held))
-        except TimeoutError:
-            raise _HTTPProblem(503, "the review could not be read within the deadline: the webhook is overloaded",
-                               close=True) from None
+        request = _parsed(state, body, held)
+        if pipeline.replica_types(request) <= INLINE_REPLICA_TYPES:
+            step = _prepared(state, operation, request)
+        else:
+            step = await _off_loop(workers, functools.partial(_prepared, state, operation, request), deadline)
     if isinstance(step, _Answered):
         return request, step
     if workers is None:
@@ -292,6 +303,16 @@ async def _answer(state: AppState, operation: Operation, body: bytes, started: f
         return request, _unchecked(state, request, step.snapshot, str(shed),
                                    429 if shed.reason == "namespace-share" else 503)
     return request, decided
+
+
+async def _off_loop(workers: workers_.Workers, work: Callable[[], T], deadline: float) -> T:
+    """`work()` on a reader thread, before `deadline` (perf_counter), or 503."""
+    try:
+        async with asyncio.timeout(max(deadline - time.perf_counter(), 0.0)):
+            return await workers.read(work)
+    except TimeoutError:
+        raise _HTTPProblem(503, "the review could not be read within the deadline: the webhook is overloaded",
+                           close=True) from None
 
 
 async def _review_body(state: AppState, scope: Scope, receive: Receive, held: _Held) -> bytes:

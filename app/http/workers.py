@@ -5,10 +5,12 @@ both big and needs a decision:
 
 1. **Reading** (decode the JSON, read the AdmissionReview, parse the job, look its decision up in the
    snapshot's memo; a review whose answer is known, a memo hit, a refusal or a skip, is finished and encoded
-   right there). Bounded by the body's size: a body up to `routes.INLINE_BODY_BYTES` is read on the event loop
-   itself (at most ~1.5 ms of loop time, less than a hand-off costs under load); a bigger one on
-   `READER_THREADS` threads of its own (`Workers.read`), first come, first served, so that the loop only moves
-   its bytes and big reads never wait behind a slow decision.
+   right there). A body up to `routes.INLINE_BODY_BYTES` is decoded on the event loop itself, and its job read
+   there too when it writes at most `routes.INLINE_REPLICA_TYPES` replica types (reading costs with their
+   square: at most ~4 ms of loop time, within the GIL's switch interval, which is how long a reader thread may
+   keep the loop waiting anyway); a bigger body, or a job with
+   more types, is read on `READER_THREADS` threads of their own (`Workers.read`), first come, first served, so
+   that the loop only moves its bytes and big reads never wait behind a slow decision.
 2. **Deciding** (`Workers.decide`): a decision to compute runs on `decisionWorkers` threads, under the
    review's deadline (engine.budget: the engine stops itself once the answer was given up). Each
    namespace may hold at most its share of them (half, at least one) and waits beyond that; waiting

@@ -74,6 +74,23 @@ _REPLICA_MAPS: Mapping[tuple[str, str], str] = {
 DEFAULT_LIMITS = Limits()
 
 
+def replica_types(raw: Any) -> int:
+    """How many replica types `raw` writes: the size of its replica map (replicatedJobs for a JobSet); 1 for a
+    TrainJob (its types come from a runtime the cluster's administrators write), 0 for what is no supported job.
+
+    What reading a job costs grows with the square of this (flows are built per pair of replica types), not with
+    its size in bytes: the server reads a job with few types where it was received, and others off its event loop.
+    """
+    if not isinstance(raw, Mapping):
+        return 0
+    gvk = (raw.get("apiVersion"), raw.get("kind"))
+    map_key = _REPLICA_MAPS.get(gvk)  # type: ignore[arg-type]
+    if map_key is None:
+        return 1 if gvk in SUPPORTED else 0
+    written = limits_.replica_map_size(raw, map_key)
+    return written[1] if written else 0
+
+
 def parse_job(
     raw: Mapping[str, Any],
     *,

@@ -1,9 +1,10 @@
 """Where a review runs (routes._answer): as few hand-offs between threads as its cost allows.
 
-A small review is read on the event loop, and answered there when the answer is known (a memo hit, a skip,
-a refusal): no hand-off. A decision to compute goes to a decision worker (one hand-off, under the deadline
-and the namespace's share). A body over INLINE_BODY_BYTES is read on a reader thread, so the loop only moves
-its bytes. Counted on the real app, through HTTP, with the lab's cluster and review.
+A small review of a job with few replica types is read on the event loop, and answered there when the answer is
+known (a memo hit, a skip, a refusal, a decision of a shape already decided): no hand-off. A decision to compute
+goes to a decision worker (one hand-off, under the deadline and the namespace's share). A body over
+INLINE_BODY_BYTES, or a job with more than INLINE_REPLICA_TYPES replica types, is read on a reader thread, so the
+loop only moves its bytes. Counted on the real app, through HTTP, with the lab's cluster and review.
 """
 
 from __future__ import annotations
@@ -125,6 +126,25 @@ def test_a_skipped_or_refused_small_review_never_leaves_the_loop(
     refused = post(client, broken)
     assert refused["allowed"] is False and refused["status"]["code"] == 422
     assert counted.hand_offs() == (0, 0)
+
+
+def test_a_small_review_of_a_job_with_many_replica_types_is_read_off_the_loop(
+    served: tuple[TestClient, Counted, list[str]],
+) -> None:
+    # Reading a job costs with the square of its replica types (flows per pair), not with its bytes.
+    client, counted, decoded_on = served
+    many = review(dry_run=True)
+    specs = many["request"]["object"]["spec"]["pytorchReplicaSpecs"]
+    for i in range(routes.INLINE_REPLICA_TYPES):  # Master + Worker + these: past the bound
+        specs[f"Extra{i}"] = copy.deepcopy(specs["Worker"])
+    assert len(json.dumps(many)) <= routes.INLINE_BODY_BYTES
+    post(client, many)
+    assert counted.reads == 1
+    assert not decoded_on[-1].startswith("read")  # decoding the small body and reading the review stayed on the loop
+
+    few = review(uid="u-2", dry_run=True)  # Master + Worker
+    post(client, few)
+    assert counted.reads == 1
 
 
 def test_a_big_review_is_read_off_the_loop_and_decided_on_a_worker(

@@ -259,3 +259,23 @@ def test_error_message_lists_every_path() -> None:
 
 def test_unsupported_kind_message_names_kind_and_version() -> None:
     assert str(UnsupportedKindError("batch/v1", "Job")) == "unsupported job kind 'Job' in apiVersion 'batch/v1'"
+
+
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        pytest.param({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                      "spec": {"pytorchReplicaSpecs": {"Master": {}, "Worker": {}}}}, 2, id="a replica map"),
+        pytest.param({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                      "spec": {"replicatedJobs": [{"name": f"r{i}"} for i in range(9)]}}, 9, id="replicated jobs"),
+        pytest.param({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "spec": {}}, 1,
+                     id="a TrainJob: its types come from the runtime"),
+        pytest.param({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "spec": {"tfReplicaSpecs": "many"}}, 0,
+                     id="no map: the adapter words that"),
+        pytest.param({"apiVersion": "v1", "kind": "Pod"}, 0, id="not a supported job"),
+        pytest.param(["not", "an", "object"], 0, id="not an object"),
+        pytest.param(None, 0, id="no object"),
+    ],
+)
+def test_replica_types_counts_what_the_job_writes_before_it_is_read(raw: Any, want: int) -> None:
+    assert jobs.replica_types(raw) == want
