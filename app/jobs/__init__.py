@@ -83,8 +83,11 @@ def replica_types(raw: Any) -> int:
     """
     if not isinstance(raw, Mapping):
         return 0
-    gvk = (raw.get("apiVersion"), raw.get("kind"))
-    map_key = _REPLICA_MAPS.get(gvk)  # type: ignore[arg-type]
+    api_version, kind = raw.get("apiVersion"), raw.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):  # e.g. a list: not even hashable
+        return 0
+    gvk = (api_version, kind)
+    map_key = _REPLICA_MAPS.get(gvk)
     if map_key is None:
         return 1 if gvk in SUPPORTED else 0
     written = limits_.replica_map_size(raw, map_key)

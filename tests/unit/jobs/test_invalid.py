@@ -273,6 +273,8 @@ def test_unsupported_kind_message_names_kind_and_version() -> None:
         pytest.param({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "spec": {"tfReplicaSpecs": "many"}}, 0,
                      id="no map: the adapter words that"),
         pytest.param({"apiVersion": "v1", "kind": "Pod"}, 0, id="not a supported job"),
+        pytest.param({"apiVersion": [], "kind": "PyTorchJob"}, 0, id="an apiVersion that is no string"),
+        pytest.param({"apiVersion": "kubeflow.org/v1", "kind": {"a": 1}}, 0, id="a kind that is no string"),
         pytest.param(["not", "an", "object"], 0, id="not an object"),
         pytest.param(None, 0, id="no object"),
     ],
