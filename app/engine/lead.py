@@ -2,7 +2,7 @@
 
 PURE, built only from the decision's own data (the per-zone reports, their flow checks and the
 reasons the policy engine gave, the capacity notes). Every surface shows this sentence first and
-none writes its own: the webhook's refusal and warnings (http/admission.py), `topoguard explain`
+none writes its own: the webhook's refusal and warnings (admission/pipeline.py), `topoguard explain`
 and `topoguard review`. Flows are named by what the framework uses them for (jobs/flows.py:
 rendezvous, NCCL/Gloo collectives, ...) and by their ports (`TCP 23456`, the collectives' range
 `TCP 32768-60999`) and the ports the policies actually open; one finding shared by several flows or

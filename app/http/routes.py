@@ -373,7 +373,7 @@ async def handle_review(state: AppState, operation: Operation, scope: Scope, rec
     )
 
 
-# --- POST /validate-policy: policy changes judged against the training jobs (http/policy_review.py) -------
+# --- POST /validate-policy: policy changes judged against the training jobs (admission/policy_changes.py) -------
 
 POLICY_PATH = "/validate-policy"
 POLICY_OPERATION = "validate-policy"
