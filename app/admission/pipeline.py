@@ -2,7 +2,7 @@
 
 The server's POST /mutate and /validate and `topoguard review` both call `parse_review` then
 `answer`, so they give the same answer to the same review. No FastAPI, no I/O, no metrics: the
-caller records those. The one side effect is the server's in-flight reservation (http/inflight.py,
+caller records those. The one side effect is the server's in-flight reservation (admission/inflight.py,
 passed in as `in_flight`): an admitted mutating review holds its job's GPUs in its zone until the
 watch shows the job; a dry-run review holds nothing (otherwise its answer is the same, and
 `Outcome.dry_run` lets the caller skip its own side effects), nor does the validating path.
@@ -478,7 +478,7 @@ def _finish(
 
 
 def _hold(in_flight: InFlight, group: JobGroup, outcome: Outcome, uid: str) -> None:
-    """Keep the GPUs of a job just admitted to a zone until the watch shows it (http/inflight.py).
+    """Keep the GPUs of a job just admitted to a zone until the watch shows it (admission/inflight.py).
 
     (A suspended job reserves nothing: the caller does not call this.) A job named by generateName has
     no name yet: its hold is keyed by the request uid, so only the window (not its appearance in the

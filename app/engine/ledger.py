@@ -298,7 +298,7 @@ def reserved_for(
     """What the decision for `job` counts as reserved.
 
     `in_flight`: per zone, the GPUs the replica's in-flight holds keep for other jobs not stored yet
-    (http/inflight.py `InFlight.totals`).
+    (admission/inflight.py `InFlight.totals`).
     Cost: the zones of the ledger and of the in-flight totals; independent of the stored jobs' and
     the holds' number.
     """

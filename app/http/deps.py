@@ -53,7 +53,7 @@ class AppState:
     memory: MemoryBudget = field(init=False)  # the reviews in flight (the workers' budget when there are any)
     # Checks the bearer tokens of /map callers when settings.map_access is `authorized` (app.cache.access).
     map_reviewer: AccessReviewer | None = None
-    # This replica's in-flight reservations (jobs admitted, not yet in its watch): http/inflight.py.
+    # This replica's in-flight reservations (jobs admitted, not yet in its watch): admission/inflight.py.
     in_flight: InFlight = field(default_factory=InFlight)
     # Leaves an Event on each job a stored policy change breaks (app/controller/policy_events.py, wired by
     # `topoguard serve`; None: no API to write to). Called off the event loop.
