@@ -1,6 +1,6 @@
 """What the engine decides for one job: the chosen zone, the per-zone map, and what to patch.
 
-Owned by app/engine; fields may be added, never renamed (http/responses and explain read them).
+Owned by app/engine; fields may be added, never renamed (admission/responses and explain read them).
 """
 
 from __future__ import annotations
