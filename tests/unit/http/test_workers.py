@@ -9,7 +9,14 @@ from collections.abc import Callable
 
 import pytest
 
-from app.http.workers import MemoryBudget, Shed, Workers
+from app.http.workers import (
+    BYTES_PER_STRUCTURAL_BYTE,
+    BYTES_PER_TEXT_BYTE,
+    MemoryBudget,
+    Shed,
+    Workers,
+    estimated_memory,
+)
 
 
 def make(threads: int = 4, *, wait: float = 5.0, clock: Callable[[], float] | None = None) -> Workers:
@@ -148,3 +155,10 @@ def test_the_memory_budget_refuses_what_would_pass_it_but_never_the_first_review
     budget.give(100)
     assert budget.take(500)  # alone, even past the total: the per-review limit (413) is what bounds one review
     assert not budget.take(1)
+
+
+@pytest.mark.parametrize("size", [0, 1, 5_000, 64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, 3 * 64 * 1024 + 17])
+def test_the_estimate_counts_every_structural_byte_across_the_pieces_it_reads(size: int) -> None:
+    body = (b'{"a":[1,2],"b":"x:y"}' * (size // 21 + 1))[:size]
+    structural = sum(body.count(c) for c in (b"{", b"[", b",", b":"))
+    assert estimated_memory(body) == BYTES_PER_TEXT_BYTE * size + BYTES_PER_STRUCTURAL_BYTE * structural
