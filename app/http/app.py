@@ -84,19 +84,6 @@ def _closing(send: Send) -> Send:
     return wrapped
 
 
-# The collector's thresholds in a serving process (`topoguard serve` sets them; gen 0 by default collects every
-# 700 net allocations, a few times per review). A review leaves almost nothing behind, so young collections find
-# little garbage: running them every 50,000 allocations instead took a new job's one-connection p99 from ~2 ms to
-# ~1.2-1.5 ms and added ~5% throughput (bench/bench_http.py; GC off altogether: ~1.1-1.5 ms), for a few MB more
-# between collections. The snapshot's own objects are frozen out of every scan (`settle_heap`).
-SERVING_GC_THRESHOLDS = (50_000, 20, 20)
-
-
-def serving_gc() -> None:
-    """Set `SERVING_GC_THRESHOLDS` for this process (a serving process only: it is global)."""
-    gc.set_threshold(*SERVING_GC_THRESHOLDS)
-
-
 def settle_heap(last_full_gc: float, *, now: float | None = None) -> float:
     """Take the objects alive now (the snapshot just published and its indexes) out of the collector's
     scans, so a full collection does not stall the event loop on them. Returns the time of the last
