@@ -261,13 +261,14 @@ def _unchecked(state: AppState, request: pipeline.ReviewRequest, snapshot: Snaps
 
 async def _answer(state: AppState, operation: Operation, body: bytes, started: float, held: _Held
                   ) -> tuple[pipeline.ReviewRequest, _Answered]:
-    """The review's answer, with as few hand-offs between threads as its cost allows (`INLINE_BODY_BYTES`).
+    """The review's answer, with as few hand-offs between threads as its cost allows.
 
-    A small body is read on the event loop, and so is its answer when that costs nothing more (a memo hit, a
-    refusal, a skip, a decision of a shape already decided on the snapshot, which only counts its reservations:
-    `pipeline.Prepared.cheap`): no hand-off at all. A big body is read on a reader thread. A decision to compute
-    runs on a decision worker, fair between namespaces, under the review's deadline. So a review crosses threads at most
-    once, unless it is both big and needs a decision (the guarded path: bounded work, deadline, fairness).
+    A small body (`INLINE_BODY_BYTES`) of a job with few replica types (`INLINE_REPLICA_TYPES`) is read on the
+    event loop, and so is its answer when that costs nothing more (a memo hit, a refusal, a skip, a decision of a
+    shape already decided on the snapshot, which only counts its reservations: `pipeline.Prepared.cheap`): no
+    hand-off at all. Any other is read on a reader thread. A decision to compute runs on a decision worker, fair
+    between namespaces, under the review's deadline. So a review crosses threads at most once, unless it is both
+    costly to read and needs a decision (the guarded path: bounded work, deadline, fairness).
     """
     deadline = started + state.settings.request_deadline_seconds
     workers = state.workers
