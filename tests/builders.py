@@ -365,3 +365,15 @@ def match_expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool
     if op == "DoesNotExist":
         return key not in labels
     raise AssertionError(f"operator {op} not handled by the test")
+
+
+def mark_everything(value: Any) -> None:
+    """Add a marker to every object and list in `value` (in place): what shares a container with it shows it."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            mark_everything(item)
+        value["mutated"] = True
+    elif isinstance(value, list):
+        for item in list(value):
+            mark_everything(item)
+        value.append("mutated")

@@ -25,6 +25,7 @@ from app.engine import patches
 from app.models import labels
 from app.models.decision import Decision
 from app.models.job import JobGroup
+from tests.builders import mark_everything
 from tests.unit.crd.jsonpatch import apply_patch
 from tests.unit.jobs.builders import (
     FIXTURES,
@@ -497,21 +498,11 @@ def test_the_jobs_are_not_shared_with_the_patch() -> None:
     group = jobs.parse_job(raw, gpu_resources=GPU_RESOURCES, namespace="ml")
     decision = make_decision(group)
     for op in patches.build_patch(raw, group, decision, Settings(mode="colocate")):
-        _mark(op["value"])
+        mark_everything(op["value"])
     assert json.dumps(raw) == before
     assert "mutated" not in json.dumps(patches.build_patch(raw, group, decision, Settings(mode="colocate")))
 
 
-def _mark(value: Any) -> None:
-    """Add a marker to every object and list in `value`."""
-    if isinstance(value, dict):
-        for item in list(value.values()):
-            _mark(item)
-        value["mutated"] = True
-    elif isinstance(value, list):
-        for item in list(value):
-            _mark(item)
-        value.append("mutated")
 
 
 # --- diff_documents alone, on arbitrary JSON ------------------------------------------------------

@@ -15,6 +15,7 @@ from app.config import Settings
 from app.engine import patches
 from app.models.decision import Decision
 from app.models.job import JobGroup, Replica, UserPlacement
+from tests.builders import mark_everything
 from tests.unit.crd.jsonpatch import apply_patch
 
 ZL = "topology.kubernetes.io/zone"
@@ -431,20 +432,9 @@ def test_op_values_share_nothing_with_the_job_or_the_decision() -> None:
     first = patches.build_patch(doc, parsed(doc), chosen, config)
     want = json.dumps(first)
     for op in first:
-        _mark(op["value"])
+        mark_everything(op["value"])
     assert json.dumps([doc, dataclasses.asdict(chosen)], default=dict) == before
     assert json.dumps(patches.build_patch(doc, parsed(doc), chosen, config)) == want
-
-
-def _mark(value: Any) -> None:
-    if isinstance(value, dict):
-        for item in list(value.values()):
-            _mark(item)
-        value["mutated"] = True
-    elif isinstance(value, list):
-        for item in list(value):
-            _mark(item)
-        value.append("mutated")
 
 
 @pytest.mark.parametrize("present", [None, [], [{"key": "spot", "operator": "Exists"}], "absent"])
