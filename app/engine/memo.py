@@ -269,18 +269,20 @@ def per_shape(group: JobGroup, snapshot: Snapshot, settings: Settings, build: Ca
     """
     if key is None:  # NB: `key`, when given, is this group's network_key (engine.pending has it)
         key = memo_of(snapshot).network_key(group, snapshot, settings)
-    shapes: BoundedMemo[DecisionKey, S] = snapshot.memo(SHAPES_MEMO_KEY, _new_shapes)
-    found = shapes.get(key)
+    found: S | None = shape_of(key, snapshot)
     if found is None:
         found = build()
-        shapes.put(key, found)
+        _shapes(snapshot).put(key, found)
     return found
 
 
 def shape_of(network_key: DecisionKey, snapshot: Snapshot) -> Any:
     """The shape kept under `network_key` on this snapshot (`per_shape`), or None: nothing is built."""
-    shapes: BoundedMemo[DecisionKey, Any] = snapshot.memo(SHAPES_MEMO_KEY, _new_shapes)
-    return shapes.get(network_key)
+    return _shapes(snapshot).get(network_key)
+
+
+def _shapes(snapshot: Snapshot) -> BoundedMemo[DecisionKey, Any]:
+    return snapshot.memo(SHAPES_MEMO_KEY, _new_shapes)
 
 
 def _new_shapes(_: Snapshot) -> BoundedMemo[DecisionKey, Any]:
