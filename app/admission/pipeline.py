@@ -308,15 +308,7 @@ def _with_warning(outcome: Outcome, warning: str) -> Outcome:
     return dataclasses.replace(outcome, review={**outcome.review, "response": response}, skip="ignored")
 
 
-def prepare(
-    request: ReviewRequest,
-    *,
-    snapshot: Snapshot,
-    settings: Settings,
-    operation: Operation,
-    cache_problem: str | None = None,
-    in_flight: InFlight | None = None,
-) -> Prepared:
+def prepare(request: ReviewRequest, **context: Unpack[Context]) -> Prepared:
     """Everything of `answer` up to the engine's decision, which is looked up but not computed.
 
     `in_flight`: the replica's in-flight reservations (the server passes its own; `topoguard review`
@@ -324,7 +316,7 @@ def prepare(
     """
     kind = request.kind.kind or str((request.obj or {}).get("kind", ""))
     try:
-        return _prepare(request, snapshot, settings, operation, cache_problem, kind, in_flight)
+        return _prepare(request, kind, context)
     except Exception as e:
         return Prepared(request, kind, _internal_error(request, kind, e))
 
@@ -342,34 +334,19 @@ def _internal_error(request: ReviewRequest, kind: str, error: Exception) -> Outc
     return Outcome(responses.refused(request.uid, code=500, message=message), "error", kind, None)
 
 
-def _prepare(
-    request: ReviewRequest,
-    snapshot: Snapshot,
-    settings: Settings,
-    operation: Operation,
-    cache_problem: str | None,
-    kind: str,
-    in_flight: InFlight | None = None,
-) -> Prepared:
-    uid, obj = request.uid, request.obj
-
-    def done(outcome: Outcome) -> Prepared:
-        return Prepared(request, kind, outcome)
-
+def _prepare(request: ReviewRequest, kind: str, context: Context) -> Prepared:
+    uid, obj, snapshot = request.uid, request.obj, context["snapshot"]
     if obj is None or not _ours_to_place(request, obj, snapshot):
-        return done(Outcome(responses.allowed(uid), "skipped", kind, None))
+        return Prepared(request, kind, Outcome(responses.allowed(uid), "skipped", kind, None))
     namespace = request.namespace or str(_mapping(obj.get("metadata")).get("namespace") or "")
     subject = _subject(obj, kind, namespace, request.name)
     skip_ignored = ""
     if _asks_to_skip(obj):
         if _allows_skip(snapshot, namespace):
-            return done(_skipped(request, obj, namespace, operation))
+            return Prepared(request, kind, _skipped(request, obj, namespace, context["operation"]))
         skip_ignored = (f"topoguard: {labels.SKIP_ANNOTATION}=true ignored: namespace {namespace or '(none)'} is not "
                         f"labelled {labels.ALLOW_SKIP_LABEL}=true, so {subject} is checked as usual")
-    prepared = _prepare_checked(request, snapshot, settings, operation, cache_problem, kind, in_flight,
-                                namespace=namespace, subject=subject)
-    prepared._skip_ignored = skip_ignored
-    return prepared
+    return _prepare_checked(request, kind, context, namespace=namespace, subject=subject, skip_ignored=skip_ignored)
 
 
 def _asks_to_skip(obj: Mapping[str, Any]) -> bool:
@@ -395,22 +372,16 @@ def _skipped(request: ReviewRequest, obj: Mapping[str, Any], namespace: str, ope
     return Outcome(review, "skipped", str(obj.get("kind", "")), None, skip="honoured")
 
 
-def _prepare_checked(
-    request: ReviewRequest,
-    snapshot: Snapshot,
-    settings: Settings,
-    operation: Operation,
-    cache_problem: str | None,
-    kind: str,
-    in_flight: InFlight | None,
-    *,
-    namespace: str,
-    subject: str,
-) -> Prepared:
+def _prepare_checked(request: ReviewRequest, kind: str, context: Context, *, namespace: str, subject: str,
+                     skip_ignored: str) -> Prepared:
+    """`_prepare` for a job of ours that is not skipped: read it, then look its decision up. `skip_ignored`: the
+    warning every answer carries when the job asked for a skip its namespace does not allow."""
     uid, obj = request.uid, request.obj or {}  # _prepare answered a request without an object already
+    snapshot, settings, operation = context["snapshot"], context["settings"], context["operation"]
+    cache_problem, in_flight = context.get("cache_problem"), context.get("in_flight")
 
     def done(outcome: Outcome) -> Prepared:
-        return Prepared(request, kind, outcome)
+        return Prepared(request, kind, outcome, skip_ignored=skip_ignored)
 
     warn = _enforcement(snapshot, namespace, settings) == "warn"
     try:
@@ -453,7 +424,7 @@ def _prepare_checked(
             _hold(in_flight, group, outcome, request.uid)
         return outcome
 
-    return Prepared(request, kind, finish, cheap=pending.cheap)
+    return Prepared(request, kind, finish, cheap=pending.cheap, skip_ignored=skip_ignored)
 
 
 def _finish(
