@@ -169,7 +169,15 @@ class Workers:
         # cancelled (the review's deadline); the thread runs on to its next deadline check, and the slot is
         # given back only then.
         pool.submit(work).add_done_callback(lambda done: loop.call_soon_threadsafe(settle, done))
-        return await answer
+        try:
+            return await answer
+        except BaseException:
+            # The error's traceback holds this frame, the frame holds `answer`, and `answer` holds the error: a cycle
+            # that only the garbage collector frees, and with it whatever the frames below kept (a refused body of
+            # megabytes). A settled stand-in breaks it; `settle`, when it runs later, finds it done and returns.
+            answer = loop.create_future()
+            answer.cancel()
+            raise
 
     # --- the decision slots ----------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ thread is really done, the stuck watchdog, and the memory budget. Driven with ev
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -162,3 +164,38 @@ def test_the_estimate_counts_every_structural_byte_across_the_pieces_it_reads(si
     body = (b'{"a":[1,2],"b":"x:y"}' * (size // 21 + 1))[:size]
     structural = sum(body.count(c) for c in (b"{", b"[", b",", b":"))
     assert estimated_memory(body) == BYTES_PER_TEXT_BYTE * size + BYTES_PER_STRUCTURAL_BYTE * structural
+
+
+def test_a_failed_task_is_freed_by_reference_counting_with_what_its_frames_held() -> None:
+    """A review refused on a reader thread (a 413 for a decoded bomb) must not leave its body in a reference cycle
+    (error -> traceback -> frame -> future -> error) that only the collector frees: with the collector off, the
+    body goes as soon as the caller lets go of the error."""
+
+    class Body:  # stands for the request's bytes, which cannot carry a weak reference
+        pass
+
+    async def scenario(kept: list[weakref.ref[Body]]) -> None:
+        workers = make(2)
+
+        def refuse() -> None:
+            body = Body()
+            kept.append(weakref.ref(body))
+            raise ValueError("refused")
+
+        with pytest.raises(ValueError, match="refused"):
+            await workers.read(refuse)
+        with pytest.raises(ValueError, match="refused"):
+            await workers.decide("ns", refuse)
+        workers.shutdown()
+
+    kept: list[weakref.ref[Body]] = []
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(scenario(kept))
+        assert len(kept) == 2
+        assert [ref() for ref in kept] == [None, None]
+    finally:
+        if enabled:
+            gc.enable()
