@@ -442,7 +442,7 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
             how = FRESH if edits.fresh_affinity else COPY
         else:
             new, how = edits.affinity(old, node_selector, replica, spec_path), COPY
-        if new is not old:
+        if new is not old and new is not ABSENT:  # NB: ABSENT: `affinity: null`, nothing to add (nodeSelector pins)
             spec_plan.append(("spec", "affinity", old, new, how))
             there += old is not ABSENT
     wanted = edits.decision.tolerations.get(replica.key, ())
