@@ -97,12 +97,16 @@ class PatchError(ValueError):
 
 # --- the patch -------------------------------------------------------------------------------------
 
-# A template's plan, one entry per field the edits write, in op order: (part: `metadata` or `spec`,
-# field in it (None: the whole part, which the template lacks or has as null), what the job has
-# there (ABSENT: nothing), what goes there, how: FRESH (it is the patch's own and pruned), MERGE
-# (string values to set in the object the job has there) or COPY (pruned copies of what differs)).
-_Plan = list[tuple[str, str | None, Any, Any, int]]
+# A template's plan, one entry per field the edits write, in op order: (where in the template: a
+# pointer suffix `/<part>/<field>`, part `metadata` or `spec`, or `/<part>` for the whole part, which
+# the template lacks or has as null; what the job has there (ABSENT: nothing), what goes there, how:
+# FRESH (it is the patch's own and pruned), MERGE (string values to set in the object the job has
+# there) or COPY (pruned copies of what differs)). The suffix is the op's path after the template's.
+_Plan = list[tuple[str, Any, Any, int]]
 COPY, FRESH, MERGE = 0, 1, 2
+_LABELS, _AFFINITY, _TOLERATIONS, _SPREAD = (
+    "/metadata/labels", "/spec/affinity", "/spec/tolerations", "/spec/topologySpreadConstraints"
+)
 # Where the patch edits: (the keys and indexes that lead there, its JSON pointer, what the job has
 # there (ABSENT: nothing), what goes there and how (as in a plan), or for a template in the job: its plan).
 _Block = tuple[tuple[str | int, ...], str, Any, Any, int, _Plan | None]
@@ -127,14 +131,15 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
     selector = {labels.GROUP_LABEL: group_label_value(raw_job, group)} if needs_group_label(group, settings) else {}
     edits = _Edits(decision, settings, selector, spreads(group, settings))
     blocks: list[_Block] = []
-    found = [_walk(raw_job, replica.template_path) for replica in group.replicas]
+    found: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
     doc: Mapping[str, Any] = raw_job  # what the document order is read from
-    ready = True
-    for _, template in found:
-        if not _is_ready(template):
-            ready = False
+    for replica in group.replicas:
+        keys, template = _walk(raw_job, replica.template_path)
+        # NB: what needs nothing from `prepare_templates`: there, with its metadata and spec
+        if not isinstance(template, dict) or template.get("metadata") is None or template.get("spec") is None:
             break
-    if ready:  # NB: every template is there with its metadata and spec (the usual case)
+        found.append((keys, template))
+    if len(found) == len(group.replicas):  # NB: every template is ready (the usual case)
         for replica, (keys, template) in zip(group.replicas, found, strict=True):
             blocks.append((keys, _spell(keys), template, None, COPY, _plan(template, replica, edits,
                                                                            replica.template_path)))
@@ -169,12 +174,12 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
         if plan is None:
             _emit(ops, path, old, new, how)
             continue
-        for part, field, was, value, how in plan:
-            if was is ABSENT and how == FRESH:  # NB: the usual case, written out (as `_emit`)
+        for suffix, was, value, how in plan:
+            if how == FRESH and was is ABSENT:  # NB: the usual case, written out (as `_emit`)
                 if value:
-                    ops.append({"op": "add", "path": f"{path}/{part}/{field}", "value": value})
+                    ops.append({"op": "add", "path": path + suffix, "value": value})
             else:
-                _emit(ops, f"{path}/{part}/{field}" if field else f"{path}/{part}", was, value, how)
+                _emit(ops, path + suffix, was, value, how)
     return ops
 
 
@@ -216,11 +221,6 @@ def _prepared(raw_job: Mapping[str, Any], group: JobGroup) -> dict[str, Any]:
         _own_path(raw_job, doc, replica.template_path)
     jobs.prepare_templates(doc, group)
     return doc
-
-
-def _is_ready(template: Any) -> bool:
-    """Whether a template needs nothing from `prepare_templates`."""
-    return isinstance(template, dict) and template.get("metadata") is not None and template.get("spec") is not None
 
 
 def _walk(doc: Mapping[str, Any], pointer: str) -> tuple[tuple[str | int, ...], Any]:
@@ -370,17 +370,18 @@ class _Edits:
     """What every template of one job gets, from the decision and the settings."""
 
     __slots__ = ("affinity_replicas", "decision", "fresh_affinity", "labels", "made", "mode", "selector", "settings",
-                 "spread")
+                 "spread", "tolerations")
 
     def __init__(self, decision: Decision, settings: Settings, selector: Mapping[str, str], spread: bool) -> None:
         self.decision, self.settings, self.selector, self.spread = decision, settings, selector, spread
         self.labels = {**decision.labels, **selector}  # NB: as two `update`s: decision's, then the selector
+        self.tolerations = decision.tolerations
         self.mode = settings.mode
         # Whose affinity is edited: everyone's (a zone to pin to, or colocate), or a clique's replicas only.
         everyone = (self.mode == "pin" and bool(decision.zone)) or self.mode == "colocate"
         self.affinity_replicas = None if everyone else frozenset(decision.clique_replicas if decision.clique else ())
         # An affinity made from nothing is ours, and pruned unless a podAffinity term has an empty selector.
-        self.fresh_affinity = bool(selector) or self.mode == "pin"
+        self.fresh_affinity = FRESH if selector or self.mode == "pin" else COPY
         self.made: dict[Any, Any] = {}
 
     def new_affinity(self, node_selector: Any, replica: Replica, where: str) -> Any:
@@ -424,28 +425,30 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
     metadata, spec = template.get("metadata"), template.get("spec")
     meta = metadata if type(metadata) is dict else _part(metadata, "metadata", where)
     old = meta.get("labels", ABSENT)
-    if old is ABSENT or old is None:
-        meta_plan: _Plan = [("metadata", "labels", old, dict(edits.labels), FRESH)]
-    elif isinstance(old, dict):
-        meta_plan = [("metadata", "labels", old, edits.labels, MERGE)]
+    labels: tuple[str, Any, Any, int]
+    if isinstance(old, dict):
+        labels = (_LABELS, old, edits.labels, MERGE)
+    elif old is ABSENT or old is None:
+        labels = (_LABELS, old, dict(edits.labels), FRESH)
     else:
         raise PatchError(f"{where}/metadata/labels: expected an object, got {type(old).__name__}")
     fields = spec if type(spec) is dict else _part(spec, "spec", where)
     spec_path = f"{where}/spec"
-    spec_plan: _Plan = []
+    plan: _Plan = []  # the spec's entries, then the labels' goes before or after them
     there = 0  # how many of the planned fields the spec has (they come first, in its order)
     if edits.affinity_replicas is None or replica.key in edits.affinity_replicas:
         old = fields.get("affinity", ABSENT)
-        node_selector = fields.get("nodeSelector")
         if old is ABSENT or old is None:  # NB: made from nothing: the same for every template it is the same for
-            new = edits.new_affinity(node_selector, replica, spec_path)
-            how = FRESH if edits.fresh_affinity else COPY
+            new = edits.new_affinity(fields.get("nodeSelector"), replica, spec_path)
+            if new is not ABSENT:  # NB: ABSENT: nothing to add (a nodeSelector pins); a null affinity stays null
+                plan.append((_AFFINITY, old, new, edits.fresh_affinity))
+                there += old is None
         else:
-            new, how = edits.affinity(old, node_selector, replica, spec_path), COPY
-        if new is not old and new is not ABSENT:  # NB: ABSENT: `affinity: null`, nothing to add (nodeSelector pins)
-            spec_plan.append(("spec", "affinity", old, new, how))
-            there += old is not ABSENT
-    wanted = edits.decision.tolerations.get(replica.key, ())
+            new = edits.affinity(old, fields.get("nodeSelector"), replica, spec_path)
+            if new is not old:
+                plan.append((_AFFINITY, old, new, COPY))
+                there += 1
+    wanted = edits.tolerations.get(replica.key)
     if wanted:
         old = fields.get("tolerations", ABSENT)
         new = _with_tolerations(old, wanted, spec_path)
@@ -455,25 +458,32 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
             if not SCALARS.issuperset(map(type, item.values())):
                 flat = False
                 break
-        spec_plan.append(("spec", "tolerations", old, new, FRESH if flat else COPY))
+        plan.append((_TOLERATIONS, old, new, FRESH if flat else COPY))
         there += old is not ABSENT
     if edits.spread:
         old = fields.get("topologySpreadConstraints", ABSENT)
         new = _with_spread(old, edits.selector, spec_path)
         made = (old is ABSENT or old is None) and bool(edits.selector)  # NB: pruned unless the selector is empty
-        spec_plan.append(("spec", "topologySpreadConstraints", old, new, FRESH if made else COPY))
+        plan.append((_SPREAD, old, new, FRESH if made else COPY))
         there += old is not ABSENT
-    if there and (there > 1 or spec_plan[0][2] is ABSENT):  # NB: sort is stable: new ones keep their order
+    if there and (there > 1 or plan[0][1] is ABSENT):  # NB: sort is stable: new ones keep their order
         order = list(fields)
-        spec_plan.sort(key=lambda entry: order.index(str(entry[1])) if entry[2] is not ABSENT else len(order))
+        plan.sort(key=lambda entry: order.index(_field(entry[0])) if entry[1] is not ABSENT else len(order))
     if type(metadata) is dict and type(spec) is dict:  # NB: the usual case: both there, in the template's order
         for key in template:
             if key == "metadata":
-                return meta_plan + spec_plan
+                plan.insert(0, labels)
+                return plan
             if key == "spec":
                 break
-        return spec_plan + meta_plan
-    return _join(template, meta_plan, spec_plan)
+        plan.append(labels)
+        return plan
+    return _join(template, [labels], plan)
+
+
+def _field(suffix: str) -> str:
+    """The field a plan entry's suffix names (`""` for a whole part)."""
+    return suffix[1:].partition("/")[2]
 
 
 def _part(value: Any, key: str, where: str) -> dict[str, Any]:
@@ -495,7 +505,7 @@ def _join(template: dict[str, Any], meta_plan: _Plan, spec_plan: _Plan) -> _Plan
     for part in [*there, *(key for key in parts if key not in there)]:
         old = template.get(part, ABSENT)
         if old is ABSENT or old is None:
-            plan.append((part, None, old, {field: new for _, field, _, new, _ in parts[part]}, COPY))
+            plan.append((f"/{part}", old, {_field(suffix): new for suffix, _, new, _ in parts[part]}, COPY))
         else:
             plan += parts[part]
     return plan
@@ -504,10 +514,11 @@ def _join(template: dict[str, Any], meta_plan: _Plan, spec_plan: _Plan) -> _Plan
 def _apply(template: dict[str, Any], plan: _Plan) -> None:
     """Write a plan into a template of the caller's own; the containers in it are replaced by the plan's
     values (copies where they were edited), never written to."""
-    for part, field, old, new, how in plan:
+    for suffix, old, new, how in plan:
         if how == MERGE:
             new = {**old, **new}
-        template[part] = new if field is None else {**template[part], field: new}
+        part, _, field = suffix[1:].partition("/")
+        template[part] = {**template[part], field: new} if field else new
 
 
 def _edit_template(
