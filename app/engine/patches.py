@@ -107,9 +107,10 @@ COPY, FRESH, MERGE = 0, 1, 2
 _LABELS, _AFFINITY, _TOLERATIONS, _SPREAD = (
     "/metadata/labels", "/spec/affinity", "/spec/tolerations", "/spec/topologySpreadConstraints"
 )
-# Where the patch edits: (the keys and indexes that lead there, its JSON pointer, what the job has
-# there (ABSENT: nothing), what goes there and how (as in a plan), or for a template in the job: its plan).
-_Block = tuple[tuple[str | int, ...], str, Any, Any, int, _Plan | None]
+# Where the patch edits: (the keys and indexes that lead there, its JSON pointer, and a plan whose
+# suffixes follow that pointer: a template's, or one entry for the job's annotations or for a
+# container `prepare_templates` made, whose suffix is "").
+_Block = tuple[tuple[str | int, ...], str, _Plan]
 
 
 def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision, settings: Settings) -> list[PatchOp]:
@@ -141,8 +142,7 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
         found.append((keys, template))
     if len(found) == len(group.replicas):  # NB: every template is ready (the usual case)
         for replica, (keys, template) in zip(group.replicas, found, strict=True):
-            blocks.append((keys, _spell(keys), template, None, COPY, _plan(template, replica, edits,
-                                                                           replica.template_path)))
+            blocks.append((keys, _spell(keys), _plan(template, replica, edits, replica.template_path)))
     else:  # NB: rare; `prepare_templates` creates the missing parts in a copy-on-write copy of the job
         doc = _prepared(raw_job, group)
         made: dict[tuple[str | int, ...], _Block] = {}
@@ -150,7 +150,7 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
             where = replica.template_path
             keys, template, anchor = _locate(raw_job, doc, where)
             if anchor is None:  # the job has the template (perhaps without metadata or spec)
-                blocks.append((keys, _spell(keys), template, None, COPY, _plan(template, replica, edits, where)))
+                blocks.append((keys, _spell(keys), _plan(template, replica, edits, where)))
                 continue
             # In a container prepare_templates made, so the template and everything in it are ours.
             _apply(template, _plan(template, replica, edits, where))
@@ -170,36 +170,36 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
 
         blocks.sort(key=functools.cmp_to_key(compare))
     ops: list[PatchOp] = []
-    for _, path, old, new, how, plan in blocks:
-        if plan is None:
-            _emit(ops, path, old, new, how)
-            continue
-        for suffix, was, value, how in plan:
-            if how == FRESH and was is ABSENT:  # NB: the usual case, written out (as `_emit`)
-                if value:
-                    ops.append({"op": "add", "path": path + suffix, "value": value})
+    for _, path, plan in blocks:
+        for suffix, old, new, how in plan:
+            if how == FRESH and old is ABSENT:  # NB: the usual case, written out (as `_emit`)
+                if new:
+                    ops.append({"op": "add", "path": path + suffix, "value": new})
+            elif how == MERGE:  # NB: as the diff has them: changed keys replaced in the object's order, then new ones
+                prefix = f"{path}{suffix}/"
+                start = len(ops)
+                changed = False
+                for key, value in new.items():
+                    prev = old.get(key, ABSENT)
+                    if prev is ABSENT:
+                        ops.append({"op": "add", "path": prefix + _escaped(key), "value": value})
+                    elif not (prev == value and type(prev) is type(value)):
+                        changed = True
+                if changed:  # NB: rare (a label the user set otherwise)
+                    ops[start:start] = [{"op": "replace", "path": prefix + _escaped(key), "value": new[key]}
+                                        for key, value in old.items()
+                                        if key in new and not (value == new[key] and type(value) is type(new[key]))]
             else:
-                _emit(ops, path + suffix, was, value, how)
+                _emit(ops, path + suffix, old, new, how)
     return ops
 
 
 def _emit(ops: list[PatchOp], path: str, old: Any, new: Any, how: int) -> None:
-    """The ops that put `new` where the job has `old` (ABSENT: nothing), `how` the plan says (`_Plan`);
-    they are the ops the diff of `old` and the edited value gives (`_diff_into`), but for one that
-    would only add empty scaffolding (e.g. `labels: {}` with no label to set), which is dropped."""
-    if how == MERGE:  # NB: as the diff has them: changed keys replaced in the object's order, then new ones
-        replaced: list[str] = []
-        for key, value in new.items():
-            prev = old.get(key, ABSENT)
-            if prev is ABSENT:
-                ops.append({"op": "add", "path": f"{path}/{_escaped(key)}", "value": value})
-            elif not (prev == value and type(prev) is type(value)):
-                replaced.append(key)
-        if replaced:  # NB: rare (a label the user set otherwise)
-            at = len(ops) - sum(1 for key in new if key not in old)
-            ops[at:at] = [{"op": "replace", "path": f"{path}/{_escaped(key)}", "value": new[key]}
-                          for key in old if key in replaced]
-    elif old is ABSENT or (how == FRESH and old is None):
+    """The ops that put `new` where the job has `old` (ABSENT: nothing), `how` the plan says (`_Plan`;
+    FRESH or COPY: MERGE is written out in `build_patch`); they are the ops the diff of `old` and the
+    edited value gives (`_diff_into`), but for one that would only add empty scaffolding (e.g.
+    `labels: {}` with no label to set), which is dropped."""
+    if old is ABSENT or (how == FRESH and old is None):
         value = new if how == FRESH else copy_pruned(new)
         if value or not isinstance(value, CONTAINERS):
             ops.append({"op": "add" if old is ABSENT else "replace", "path": path, "value": value})
@@ -289,7 +289,7 @@ def _new_container(raw_job: Mapping[str, Any], doc: Mapping[str, Any], keys: tup
     else:
         old = parent.get(key, ABSENT)
         path = _spell(keys)
-    return keys, path, old, _find(doc, keys), COPY, None
+    return keys, path, [("", old, _find(doc, keys), COPY)]
 
 
 def _find(doc: Any, keys: Sequence[str | int]) -> Any:
@@ -320,14 +320,14 @@ def _annotations(raw_job: Mapping[str, Any], decision: Decision, group: JobGroup
     metadata = raw_job.get("metadata", ABSENT)
     if isinstance(metadata, dict):
         old = metadata.get("annotations", ABSENT)
+        if isinstance(old, dict):
+            return _ANNOTATIONS, "/metadata/annotations", [("", old, updates, MERGE)]
         if old is ABSENT or old is None:
-            return _ANNOTATIONS, "/metadata/annotations", old, updates, COPY, None
-        if not isinstance(old, dict):
-            raise PatchError(f"/metadata/annotations: expected an object, got {type(old).__name__}")
-        return _ANNOTATIONS, "/metadata/annotations", old, updates, MERGE, None
+            return _ANNOTATIONS, "/metadata/annotations", [("", old, updates, COPY)]
+        raise PatchError(f"/metadata/annotations: expected an object, got {type(old).__name__}")
     if metadata is not ABSENT and metadata is not None:
         raise PatchError(f"/metadata: expected an object, got {type(metadata).__name__}")
-    return _METADATA, "/metadata", metadata, {"annotations": updates}, COPY, None
+    return _METADATA, "/metadata", [("", metadata, {"annotations": updates}, COPY)]
 
 
 def _before(doc: Mapping[str, Any], a: tuple[str | int, ...], b: tuple[str | int, ...]) -> bool:
@@ -337,12 +337,15 @@ def _before(doc: Mapping[str, Any], a: tuple[str | int, ...], b: tuple[str | int
     Raises:
         PatchError: one is inside the other (a pod template inside another).
     """
-    fork = 0 if a and b and a[0] != b[0] else _fork(a, b)  # NB: the annotations and a template part at the root
     node: Any = doc
-    for depth in range(fork):
-        node = node[a[depth]]
-    x, y = a[fork], b[fork]
-    if isinstance(node, list):
+    if a and b and a[0] != b[0]:  # NB: the annotations and a template part at the root
+        x, y = a[0], b[0]
+    else:
+        fork = _fork(a, b)
+        for key in a[:fork]:
+            node = node[key]
+        x, y = a[fork], b[fork]
+    if type(node) is list:
         return x < y  # type: ignore[operator]  # NB: both indexes
     for key in node:
         if key == x:
@@ -597,12 +600,12 @@ def _restricts_zone(expr: Any, zone_label: str, allowed: set[str]) -> bool:
 def _with_zone(affinity: Any, node_selector: Any, zone_label: str, zones: Sequence[str], where: str) -> Any:
     """`affinity` with `zone_label In zones` ANDed into every nodeSelectorTerm that does not already
     imply it (the same object when the nodeSelector already does)."""
-    allowed = set(zones)
-    if node_selector is not None and isinstance(node_selector, Mapping) and node_selector.get(zone_label) in allowed:
+    if node_selector is not None and isinstance(node_selector, Mapping) and node_selector.get(zone_label) in set(zones):
         return affinity  # nodeSelector is ANDed with every term: the template is already confined
     requirement = zone_requirement(zone_label, zones)
     if affinity is ABSENT or affinity is None:  # NB: the usual case, written out
         return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}}
+    allowed = set(zones)
     affinity = _own(affinity, "affinity", where)
     affinity_path = f"{where}/affinity/nodeAffinity"
     node_affinity = _child_map(affinity, "nodeAffinity", f"{where}/affinity")
