@@ -345,7 +345,7 @@ def _before(doc: Mapping[str, Any], a: tuple[str | int, ...], b: tuple[str | int
         for key in a[:fork]:
             node = node[key]
         x, y = a[fork], b[fork]
-    if type(node) is list:
+    if isinstance(node, list):
         return x < y  # type: ignore[operator]  # NB: both indexes
     for key in node:
         if key == x:
