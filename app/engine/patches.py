@@ -132,17 +132,17 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
     selector = {labels.GROUP_LABEL: group_label_value(raw_job, group)} if needs_group_label(group, settings) else {}
     edits = _Edits(decision, settings, selector, spreads(group, settings))
     blocks: list[_Block] = []
-    found: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
+    found: list[tuple[tuple[str | int, ...], str, dict[str, Any]]] = []
     doc: Mapping[str, Any] = raw_job  # what the document order is read from
     for replica in group.replicas:
-        keys, template = _walk(raw_job, replica.template_path)
+        keys, path, template = _walk(raw_job, replica.template_path)
         # NB: what needs nothing from `prepare_templates`: there, with its metadata and spec
         if not isinstance(template, dict) or template.get("metadata") is None or template.get("spec") is None:
             break
-        found.append((keys, template))
+        found.append((keys, path, template))
     if len(found) == len(group.replicas):  # NB: every template is ready (the usual case)
-        for replica, (keys, template) in zip(group.replicas, found, strict=True):
-            blocks.append((keys, _spell(keys), _plan(template, replica, edits, replica.template_path)))
+        for replica, (keys, path, template) in zip(group.replicas, found, strict=True):
+            blocks.append((keys, path, _plan(template, replica, edits, replica.template_path)))
     else:  # NB: rare; `prepare_templates` creates the missing parts in a copy-on-write copy of the job
         doc = _prepared(raw_job, group)
         made: dict[tuple[str | int, ...], _Block] = {}
@@ -223,14 +223,15 @@ def _prepared(raw_job: Mapping[str, Any], group: JobGroup) -> dict[str, Any]:
     return doc
 
 
-def _walk(doc: Mapping[str, Any], pointer: str) -> tuple[tuple[str | int, ...], Any]:
-    """The keys and indexes that lead to `pointer` in `doc` and the value there (ABSENT: a step does not exist)."""
-    tokens = _tokens(pointer)
+def _walk(doc: Mapping[str, Any], pointer: str) -> tuple[tuple[str | int, ...], str, Any]:
+    """The keys and indexes that lead to `pointer` in `doc`, the JSON pointer to them as the diff spells
+    it (`_spell`), and the value there (ABSENT: a step does not exist)."""
+    tokens, spelled = _parsed(pointer)
     node: Any = doc
     try:
         for token in tokens:
             node = node[token]
-        return tokens, node  # NB: objects all the way (the usual case): the memoized tuple, so the caches hit
+        return tokens, spelled, node  # NB: objects all the way (the usual case): the memoized tuple and pointer
     except (KeyError, TypeError):  # NB: a step missing, or not an object: read it again step by step
         pass
     node = doc
@@ -239,20 +240,20 @@ def _walk(doc: Mapping[str, Any], pointer: str) -> tuple[tuple[str | int, ...], 
         if type(node) is dict:
             node = node.get(token, ABSENT)
             if node is ABSENT:
-                return tokens, ABSENT
+                return tokens, spelled, ABSENT
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
             indexes.append((depth, int(token)))
             node = node[int(token)]
         elif isinstance(node, dict) and token in node:
             node = node[token]
         else:
-            return tokens, ABSENT
+            return tokens, spelled, ABSENT
     if not indexes:
-        return tokens, node
+        return tokens, spelled, node
     keys: list[str | int] = list(tokens)
     for depth, index in indexes:
         keys[depth] = index
-    return tuple(keys), node
+    return tuple(keys), _spell(tuple(keys)), node
 
 
 def _locate(
@@ -266,7 +267,7 @@ def _locate(
     Raises:
         PatchError: a step does not exist in `doc` (as `resolve_pointer`).
     """
-    keys, template = _walk(doc, pointer)
+    keys, _, template = _walk(doc, pointer)
     if template is ABSENT:
         resolve_pointer(doc, pointer)  # NB: raises its PatchError
     old: Any = raw_job
@@ -602,7 +603,7 @@ def _with_zone(affinity: Any, node_selector: Any, zone_label: str, zones: Sequen
     imply it (the same object when the nodeSelector already does)."""
     if node_selector is not None and isinstance(node_selector, Mapping) and node_selector.get(zone_label) in set(zones):
         return affinity  # nodeSelector is ANDed with every term: the template is already confined
-    requirement = zone_requirement(zone_label, zones)
+    requirement = {"key": zone_label, "operator": "In", "values": list(zones)}  # NB: `zone_label In zones`
     if affinity is ABSENT or affinity is None:  # NB: the usual case, written out
         return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}}
     allowed = set(zones)
@@ -644,7 +645,7 @@ def _with_pod_affinity(affinity: Any, zone_label: str, selector: Mapping[str, st
 
 def _with_tolerations(existing: Any, wanted: Sequence[Mapping[str, Any]], where: str) -> list[Any]:
     """The tolerations list with each `wanted` toleration that it (as it grows) does not cover yet."""
-    current = _own_list(existing, "tolerations", where)
+    current = [] if existing is ABSENT or existing is None else _own_list(existing, "tolerations", where)
     for toleration in wanted:
         if not current or not already_tolerated(toleration, current):  # NB: an empty list covers nothing
             current.append(dict(toleration))
@@ -716,11 +717,6 @@ def already_tolerated(wanted: Mapping[str, Any], existing: Sequence[Any]) -> boo
     return any(tolerates(t, str(key), str(wanted.get("value") or ""), str(effect)) for t in present)
 
 
-def zone_requirement(zone_label: str, zones: Sequence[str]) -> dict[str, Any]:
-    """The nodeSelectorTerm expression `zone_label In zones`."""
-    return {"key": zone_label, "operator": "In", "values": list(zones)}
-
-
 def pod_affinity_term(selector: Mapping[str, str], zone_label: str) -> dict[str, Any]:
     """The required podAffinity term that keeps the group's pods (`selector`) in one zone."""
     return {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": zone_label}
@@ -773,10 +769,18 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
     return node
 
 
-@functools.lru_cache(maxsize=1024)
 def _tokens(pointer: str) -> tuple[str, ...]:
-    """`split_pointer`, memoized: the template pointers recur from review to review (one per replica type)."""
-    return tuple(split_pointer(pointer))
+    """`split_pointer`, memoized (`_parsed`)."""
+    return _parsed(pointer)[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(pointer: str) -> tuple[tuple[str, ...], str]:
+    """`split_pointer`, and the pointer as the diff spells those tokens (`_spell`), memoized: the template
+    pointers recur from review to review (one per replica type), and a lookup by the pointer hashes one
+    string (its hash kept in it), by the tokens a tuple of them (hashed anew each time)."""
+    tokens = tuple(split_pointer(pointer))
+    return tokens, _spell(tokens)
 
 
 def _own_path(raw_job: Mapping[str, Any], edited: dict[str, Any], pointer: str) -> Any:
