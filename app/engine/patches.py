@@ -21,9 +21,9 @@ of the review (issue 4):
 3. The ops, emitted from the plans (the job's annotations, and a container `prepare_templates` made,
    are a plan of one entry; a merge is written out in `build_patch`, the rest is `_emit`'s), in
    document order (`_before`): a new field is one `add`, a null one a `replace`, a merge an op per
-   label that changes, and a field the job has the diff of it alone (`_diff_into`: `add` for a new key, `add`
-   at `/-` for an appended item, `replace` for a changed scalar). These are the ops, order included,
-   that the diff of the whole edited job gives (the form build_patch had before;
+   label that changes, and a field the job has the diff of it alone (`_diff_into`: `add` for a new
+   key, `add` at `/-` for an appended item, `replace` for a changed scalar). These are the ops, order
+   included, that the diff of the whole edited job gives (the form build_patch had before;
    test_patch_equivalence.py holds it to that), except for an unchanged NaN (unequal to itself)
    beside an edit, which that diff reported as a `replace` and which is rightly not an op here. Op
    values are never shared with the job or the decision (pruned copies where they hold either's
