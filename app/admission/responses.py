@@ -14,7 +14,7 @@ Kubernetes conventions followed (Dynamic Admission Control docs):
 
 from __future__ import annotations
 
-import base64
+import binascii
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -40,8 +40,12 @@ REASONS: Mapping[int, str] = {
 
 
 def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
-    """base64 of the compact JSON encoding of a JSON Patch."""
-    return base64.b64encode(orjson.dumps(list(ops))).decode("ascii")
+    """base64 of the compact JSON encoding of a JSON Patch.
+
+    NB: `binascii.b2a_base64(..., newline=False)` is what `base64.b64encode` calls (CPython 3.11
+    Lib/base64.py), without its Python frame; a list (what build_patch returns) is dumped as it is.
+    """
+    return binascii.b2a_base64(orjson.dumps(ops if type(ops) is list else list(ops)), newline=False).decode("ascii")
 
 
 def clip(text: str, limit: int) -> str:

@@ -18,11 +18,12 @@ of the review (issue 4):
    written to), so the job is not modified. A template inside a container `prepare_templates` made
    is ours: its plan is written into it (`_apply`, also `_edit_template`), and that container is
    where the op goes.
-3. The ops, emitted from the plans (`_emit`) and the job's annotations, in document order
-   (`_before`): a new field is one `add`, a null one a `replace`, a merge an op per label that
-   changes, and a field the job has the diff of it alone (`_diff_into`: `add` for a new key, `add`
-   at `/-` for an appended item, `replace` for a changed scalar). These are the ops, order included,
-   that the diff of the whole edited job gives (the form build_patch had before;
+3. The ops, emitted from the plans (the job's annotations, and a container `prepare_templates` made,
+   are a plan of one entry; a merge is written out in `build_patch`, the rest is `_emit`'s), in
+   document order (`_before`): a new field is one `add`, a null one a `replace`, a merge an op per
+   label that changes, and a field the job has the diff of it alone (`_diff_into`: `add` for a new
+   key, `add` at `/-` for an appended item, `replace` for a changed scalar). These are the ops, order
+   included, that the diff of the whole edited job gives (the form build_patch had before;
    test_patch_equivalence.py holds it to that), except for an unchanged NaN (unequal to itself)
    beside an edit, which that diff reported as a `replace` and which is rightly not an op here. Op
    values are never shared with the job or the decision (pruned copies where they hold either's
@@ -97,15 +98,20 @@ class PatchError(ValueError):
 
 # --- the patch -------------------------------------------------------------------------------------
 
-# A template's plan, one entry per field the edits write, in op order: (part: `metadata` or `spec`,
-# field in it (None: the whole part, which the template lacks or has as null), what the job has
-# there (ABSENT: nothing), what goes there, how: FRESH (it is the patch's own and pruned), MERGE
-# (string values to set in the object the job has there) or COPY (pruned copies of what differs)).
-_Plan = list[tuple[str, str | None, Any, Any, int]]
+# A template's plan, one entry per field the edits write, in op order: (where in the template: a
+# pointer suffix `/<part>/<field>`, part `metadata` or `spec`, or `/<part>` for the whole part, which
+# the template lacks or has as null; what the job has there (ABSENT: nothing), what goes there, how:
+# FRESH (it is the patch's own and pruned), MERGE (string values to set in the object the job has
+# there) or COPY (pruned copies of what differs)). The suffix is the op's path after the template's.
+_Plan = list[tuple[str, Any, Any, int]]
 COPY, FRESH, MERGE = 0, 1, 2
-# Where the patch edits: (the keys and indexes that lead there, its JSON pointer, what the job has
-# there (ABSENT: nothing), what goes there and how (as in a plan), or for a template in the job: its plan).
-_Block = tuple[tuple[str | int, ...], str, Any, Any, int, _Plan | None]
+_LABELS, _AFFINITY, _TOLERATIONS, _SPREAD = (
+    "/metadata/labels", "/spec/affinity", "/spec/tolerations", "/spec/topologySpreadConstraints"
+)
+# Where the patch edits: (the keys and indexes that lead there, its JSON pointer, and a plan whose
+# suffixes follow that pointer: a template's, or one entry for the job's annotations or for a
+# container `prepare_templates` made, whose suffix is "").
+_Block = tuple[tuple[str | int, ...], str, _Plan]
 
 
 def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision, settings: Settings) -> list[PatchOp]:
@@ -127,17 +133,17 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
     selector = {labels.GROUP_LABEL: group_label_value(raw_job, group)} if needs_group_label(group, settings) else {}
     edits = _Edits(decision, settings, selector, spreads(group, settings))
     blocks: list[_Block] = []
-    found = [_walk(raw_job, replica.template_path) for replica in group.replicas]
+    found: list[tuple[tuple[str | int, ...], str, dict[str, Any]]] = []
     doc: Mapping[str, Any] = raw_job  # what the document order is read from
-    ready = True
-    for _, template in found:
-        if not _is_ready(template):
-            ready = False
+    for replica in group.replicas:
+        keys, path, template = _walk(raw_job, replica.template_path)
+        # NB: what needs nothing from `prepare_templates`: there, with its metadata and spec
+        if not isinstance(template, dict) or template.get("metadata") is None or template.get("spec") is None:
             break
-    if ready:  # NB: every template is there with its metadata and spec (the usual case)
-        for replica, (keys, template) in zip(group.replicas, found, strict=True):
-            blocks.append((keys, _spell(keys), template, None, COPY, _plan(template, replica, edits,
-                                                                           replica.template_path)))
+        found.append((keys, path, template))
+    if len(found) == len(group.replicas):  # NB: every template is ready (the usual case)
+        for replica, (keys, path, template) in zip(group.replicas, found, strict=True):
+            blocks.append((keys, path, _plan(template, replica, edits, replica.template_path)))
     else:  # NB: rare; `prepare_templates` creates the missing parts in a copy-on-write copy of the job
         doc = _prepared(raw_job, group)
         made: dict[tuple[str | int, ...], _Block] = {}
@@ -145,7 +151,7 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
             where = replica.template_path
             keys, template, anchor = _locate(raw_job, doc, where)
             if anchor is None:  # the job has the template (perhaps without metadata or spec)
-                blocks.append((keys, _spell(keys), template, None, COPY, _plan(template, replica, edits, where)))
+                blocks.append((keys, _spell(keys), _plan(template, replica, edits, where)))
                 continue
             # In a container prepare_templates made, so the template and everything in it are ours.
             _apply(template, _plan(template, replica, edits, where))
@@ -165,36 +171,36 @@ def build_patch(raw_job: Mapping[str, Any], group: JobGroup, decision: Decision,
 
         blocks.sort(key=functools.cmp_to_key(compare))
     ops: list[PatchOp] = []
-    for _, path, old, new, how, plan in blocks:
-        if plan is None:
-            _emit(ops, path, old, new, how)
-            continue
-        for part, field, was, value, how in plan:
-            if was is ABSENT and how == FRESH:  # NB: the usual case, written out (as `_emit`)
-                if value:
-                    ops.append({"op": "add", "path": f"{path}/{part}/{field}", "value": value})
+    for _, path, plan in blocks:
+        for suffix, old, new, how in plan:
+            if how == FRESH and old is ABSENT:  # NB: the usual case, written out (as `_emit`)
+                if new:
+                    ops.append({"op": "add", "path": path + suffix, "value": new})
+            elif how == MERGE:  # NB: as the diff has them: changed keys replaced in the object's order, then new ones
+                prefix = f"{path}{suffix}/"
+                start = len(ops)
+                changed = False
+                for key, value in new.items():
+                    prev = old.get(key, ABSENT)
+                    if prev is ABSENT:
+                        ops.append({"op": "add", "path": prefix + _escaped(key), "value": value})
+                    elif not (prev == value and type(prev) is type(value)):
+                        changed = True
+                if changed:  # NB: rare (a label the user set otherwise)
+                    ops[start:start] = [{"op": "replace", "path": prefix + _escaped(key), "value": new[key]}
+                                        for key, value in old.items()
+                                        if key in new and not (value == new[key] and type(value) is type(new[key]))]
             else:
-                _emit(ops, f"{path}/{part}/{field}" if field else f"{path}/{part}", was, value, how)
+                _emit(ops, path + suffix, old, new, how)
     return ops
 
 
 def _emit(ops: list[PatchOp], path: str, old: Any, new: Any, how: int) -> None:
-    """The ops that put `new` where the job has `old` (ABSENT: nothing), `how` the plan says (`_Plan`);
-    they are the ops the diff of `old` and the edited value gives (`_diff_into`), but for one that
-    would only add empty scaffolding (e.g. `labels: {}` with no label to set), which is dropped."""
-    if how == MERGE:  # NB: as the diff has them: changed keys replaced in the object's order, then new ones
-        replaced: list[str] = []
-        for key, value in new.items():
-            prev = old.get(key, ABSENT)
-            if prev is ABSENT:
-                ops.append({"op": "add", "path": f"{path}/{_escaped(key)}", "value": value})
-            elif not (prev == value and type(prev) is type(value)):
-                replaced.append(key)
-        if replaced:  # NB: rare (a label the user set otherwise)
-            at = len(ops) - sum(1 for key in new if key not in old)
-            ops[at:at] = [{"op": "replace", "path": f"{path}/{_escaped(key)}", "value": new[key]}
-                          for key in old if key in replaced]
-    elif old is ABSENT or (how == FRESH and old is None):
+    """The ops that put `new` where the job has `old` (ABSENT: nothing), `how` the plan says (`_Plan`;
+    FRESH or COPY: MERGE is written out in `build_patch`); they are the ops the diff of `old` and the
+    edited value gives (`_diff_into`), but for one that would only add empty scaffolding (e.g.
+    `labels: {}` with no label to set), which is dropped."""
+    if old is ABSENT or (how == FRESH and old is None):
         value = new if how == FRESH else copy_pruned(new)
         if value or not isinstance(value, CONTAINERS):
             ops.append({"op": "add" if old is ABSENT else "replace", "path": path, "value": value})
@@ -218,19 +224,15 @@ def _prepared(raw_job: Mapping[str, Any], group: JobGroup) -> dict[str, Any]:
     return doc
 
 
-def _is_ready(template: Any) -> bool:
-    """Whether a template needs nothing from `prepare_templates`."""
-    return isinstance(template, dict) and template.get("metadata") is not None and template.get("spec") is not None
-
-
-def _walk(doc: Mapping[str, Any], pointer: str) -> tuple[tuple[str | int, ...], Any]:
-    """The keys and indexes that lead to `pointer` in `doc` and the value there (ABSENT: a step does not exist)."""
-    tokens = _tokens(pointer)
+def _walk(doc: Mapping[str, Any], pointer: str) -> tuple[tuple[str | int, ...], str, Any]:
+    """The keys and indexes that lead to `pointer` in `doc`, the JSON pointer to them as the diff spells
+    it (`_spell`), and the value there (ABSENT: a step does not exist)."""
+    tokens, spelled = _parsed(pointer)
     node: Any = doc
     try:
         for token in tokens:
             node = node[token]
-        return tokens, node  # NB: objects all the way (the usual case): the memoized tuple, so the caches hit
+        return tokens, spelled, node  # NB: objects all the way (the usual case): the memoized tuple and pointer
     except (KeyError, TypeError):  # NB: a step missing, or not an object: read it again step by step
         pass
     node = doc
@@ -239,20 +241,20 @@ def _walk(doc: Mapping[str, Any], pointer: str) -> tuple[tuple[str | int, ...], 
         if type(node) is dict:
             node = node.get(token, ABSENT)
             if node is ABSENT:
-                return tokens, ABSENT
+                return tokens, spelled, ABSENT
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
             indexes.append((depth, int(token)))
             node = node[int(token)]
         elif isinstance(node, dict) and token in node:
             node = node[token]
         else:
-            return tokens, ABSENT
+            return tokens, spelled, ABSENT
     if not indexes:
-        return tokens, node
+        return tokens, spelled, node
     keys: list[str | int] = list(tokens)
     for depth, index in indexes:
         keys[depth] = index
-    return tuple(keys), node
+    return tuple(keys), _spell(tuple(keys)), node
 
 
 def _locate(
@@ -266,7 +268,7 @@ def _locate(
     Raises:
         PatchError: a step does not exist in `doc` (as `resolve_pointer`).
     """
-    keys, template = _walk(doc, pointer)
+    keys, _, template = _walk(doc, pointer)
     if template is ABSENT:
         resolve_pointer(doc, pointer)  # NB: raises its PatchError
     old: Any = raw_job
@@ -289,7 +291,7 @@ def _new_container(raw_job: Mapping[str, Any], doc: Mapping[str, Any], keys: tup
     else:
         old = parent.get(key, ABSENT)
         path = _spell(keys)
-    return keys, path, old, _find(doc, keys), COPY, None
+    return keys, path, [("", old, _find(doc, keys), COPY)]
 
 
 def _find(doc: Any, keys: Sequence[str | int]) -> Any:
@@ -320,14 +322,14 @@ def _annotations(raw_job: Mapping[str, Any], decision: Decision, group: JobGroup
     metadata = raw_job.get("metadata", ABSENT)
     if isinstance(metadata, dict):
         old = metadata.get("annotations", ABSENT)
+        if isinstance(old, dict):
+            return _ANNOTATIONS, "/metadata/annotations", [("", old, updates, MERGE)]
         if old is ABSENT or old is None:
-            return _ANNOTATIONS, "/metadata/annotations", old, updates, COPY, None
-        if not isinstance(old, dict):
-            raise PatchError(f"/metadata/annotations: expected an object, got {type(old).__name__}")
-        return _ANNOTATIONS, "/metadata/annotations", old, updates, MERGE, None
+            return _ANNOTATIONS, "/metadata/annotations", [("", old, updates, COPY)]
+        raise PatchError(f"/metadata/annotations: expected an object, got {type(old).__name__}")
     if metadata is not ABSENT and metadata is not None:
         raise PatchError(f"/metadata: expected an object, got {type(metadata).__name__}")
-    return _METADATA, "/metadata", metadata, {"annotations": updates}, COPY, None
+    return _METADATA, "/metadata", [("", metadata, {"annotations": updates}, COPY)]
 
 
 def _before(doc: Mapping[str, Any], a: tuple[str | int, ...], b: tuple[str | int, ...]) -> bool:
@@ -337,11 +339,14 @@ def _before(doc: Mapping[str, Any], a: tuple[str | int, ...], b: tuple[str | int
     Raises:
         PatchError: one is inside the other (a pod template inside another).
     """
-    fork = 0 if a and b and a[0] != b[0] else _fork(a, b)  # NB: the annotations and a template part at the root
     node: Any = doc
-    for depth in range(fork):
-        node = node[a[depth]]
-    x, y = a[fork], b[fork]
+    if a and b and a[0] != b[0]:  # NB: the annotations and a template part at the root
+        x, y = a[0], b[0]
+    else:
+        fork = _fork(a, b)
+        for key in a[:fork]:
+            node = node[key]
+        x, y = a[fork], b[fork]
     if isinstance(node, list):
         return x < y  # type: ignore[operator]  # NB: both indexes
     for key in node:
@@ -370,17 +375,18 @@ class _Edits:
     """What every template of one job gets, from the decision and the settings."""
 
     __slots__ = ("affinity_replicas", "decision", "fresh_affinity", "labels", "made", "mode", "selector", "settings",
-                 "spread")
+                 "spread", "tolerations")
 
     def __init__(self, decision: Decision, settings: Settings, selector: Mapping[str, str], spread: bool) -> None:
         self.decision, self.settings, self.selector, self.spread = decision, settings, selector, spread
         self.labels = {**decision.labels, **selector}  # NB: as two `update`s: decision's, then the selector
+        self.tolerations = decision.tolerations
         self.mode = settings.mode
         # Whose affinity is edited: everyone's (a zone to pin to, or colocate), or a clique's replicas only.
         everyone = (self.mode == "pin" and bool(decision.zone)) or self.mode == "colocate"
         self.affinity_replicas = None if everyone else frozenset(decision.clique_replicas if decision.clique else ())
         # An affinity made from nothing is ours, and pruned unless a podAffinity term has an empty selector.
-        self.fresh_affinity = bool(selector) or self.mode == "pin"
+        self.fresh_affinity = FRESH if selector or self.mode == "pin" else COPY
         self.made: dict[Any, Any] = {}
 
     def new_affinity(self, node_selector: Any, replica: Replica, where: str) -> Any:
@@ -424,28 +430,30 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
     metadata, spec = template.get("metadata"), template.get("spec")
     meta = metadata if type(metadata) is dict else _part(metadata, "metadata", where)
     old = meta.get("labels", ABSENT)
-    if old is ABSENT or old is None:
-        meta_plan: _Plan = [("metadata", "labels", old, dict(edits.labels), FRESH)]
-    elif isinstance(old, dict):
-        meta_plan = [("metadata", "labels", old, edits.labels, MERGE)]
+    labels: tuple[str, Any, Any, int]
+    if isinstance(old, dict):
+        labels = (_LABELS, old, edits.labels, MERGE)
+    elif old is ABSENT or old is None:
+        labels = (_LABELS, old, dict(edits.labels), FRESH)
     else:
         raise PatchError(f"{where}/metadata/labels: expected an object, got {type(old).__name__}")
     fields = spec if type(spec) is dict else _part(spec, "spec", where)
     spec_path = f"{where}/spec"
-    spec_plan: _Plan = []
+    plan: _Plan = []  # the spec's entries, then the labels' goes before or after them
     there = 0  # how many of the planned fields the spec has (they come first, in its order)
     if edits.affinity_replicas is None or replica.key in edits.affinity_replicas:
         old = fields.get("affinity", ABSENT)
-        node_selector = fields.get("nodeSelector")
         if old is ABSENT or old is None:  # NB: made from nothing: the same for every template it is the same for
-            new = edits.new_affinity(node_selector, replica, spec_path)
-            how = FRESH if edits.fresh_affinity else COPY
+            new = edits.new_affinity(fields.get("nodeSelector"), replica, spec_path)
+            if new is not ABSENT:  # NB: ABSENT: nothing to add (a nodeSelector pins); a null affinity stays null
+                plan.append((_AFFINITY, old, new, edits.fresh_affinity))
+                there += old is None
         else:
-            new, how = edits.affinity(old, node_selector, replica, spec_path), COPY
-        if new is not old:
-            spec_plan.append(("spec", "affinity", old, new, how))
-            there += old is not ABSENT
-    wanted = edits.decision.tolerations.get(replica.key, ())
+            new = edits.affinity(old, fields.get("nodeSelector"), replica, spec_path)
+            if new is not old:
+                plan.append((_AFFINITY, old, new, COPY))
+                there += 1
+    wanted = edits.tolerations.get(replica.key)
     if wanted:
         old = fields.get("tolerations", ABSENT)
         new = _with_tolerations(old, wanted, spec_path)
@@ -455,25 +463,32 @@ def _plan(template: dict[str, Any], replica: Replica, edits: _Edits, where: str)
             if not SCALARS.issuperset(map(type, item.values())):
                 flat = False
                 break
-        spec_plan.append(("spec", "tolerations", old, new, FRESH if flat else COPY))
+        plan.append((_TOLERATIONS, old, new, FRESH if flat else COPY))
         there += old is not ABSENT
     if edits.spread:
         old = fields.get("topologySpreadConstraints", ABSENT)
         new = _with_spread(old, edits.selector, spec_path)
         made = (old is ABSENT or old is None) and bool(edits.selector)  # NB: pruned unless the selector is empty
-        spec_plan.append(("spec", "topologySpreadConstraints", old, new, FRESH if made else COPY))
+        plan.append((_SPREAD, old, new, FRESH if made else COPY))
         there += old is not ABSENT
-    if there and (there > 1 or spec_plan[0][2] is ABSENT):  # NB: sort is stable: new ones keep their order
+    if there and (there > 1 or plan[0][1] is ABSENT):  # NB: sort is stable: new ones keep their order
         order = list(fields)
-        spec_plan.sort(key=lambda entry: order.index(str(entry[1])) if entry[2] is not ABSENT else len(order))
+        plan.sort(key=lambda entry: order.index(_field(entry[0])) if entry[1] is not ABSENT else len(order))
     if type(metadata) is dict and type(spec) is dict:  # NB: the usual case: both there, in the template's order
         for key in template:
             if key == "metadata":
-                return meta_plan + spec_plan
+                plan.insert(0, labels)
+                return plan
             if key == "spec":
                 break
-        return spec_plan + meta_plan
-    return _join(template, meta_plan, spec_plan)
+        plan.append(labels)
+        return plan
+    return _join(template, [labels], plan)
+
+
+def _field(suffix: str) -> str:
+    """The field a plan entry's suffix names (`""` for a whole part)."""
+    return suffix[1:].partition("/")[2]
 
 
 def _part(value: Any, key: str, where: str) -> dict[str, Any]:
@@ -495,7 +510,7 @@ def _join(template: dict[str, Any], meta_plan: _Plan, spec_plan: _Plan) -> _Plan
     for part in [*there, *(key for key in parts if key not in there)]:
         old = template.get(part, ABSENT)
         if old is ABSENT or old is None:
-            plan.append((part, None, old, {field: new for _, field, _, new, _ in parts[part]}, COPY))
+            plan.append((f"/{part}", old, {_field(suffix): new for suffix, _, new, _ in parts[part]}, COPY))
         else:
             plan += parts[part]
     return plan
@@ -504,10 +519,11 @@ def _join(template: dict[str, Any], meta_plan: _Plan, spec_plan: _Plan) -> _Plan
 def _apply(template: dict[str, Any], plan: _Plan) -> None:
     """Write a plan into a template of the caller's own; the containers in it are replaced by the plan's
     values (copies where they were edited), never written to."""
-    for part, field, old, new, how in plan:
+    for suffix, old, new, how in plan:
         if how == MERGE:
             new = {**old, **new}
-        template[part] = new if field is None else {**template[part], field: new}
+        part, _, field = suffix[1:].partition("/")
+        template[part] = {**template[part], field: new} if field else new
 
 
 def _edit_template(
@@ -586,12 +602,12 @@ def _restricts_zone(expr: Any, zone_label: str, allowed: set[str]) -> bool:
 def _with_zone(affinity: Any, node_selector: Any, zone_label: str, zones: Sequence[str], where: str) -> Any:
     """`affinity` with `zone_label In zones` ANDed into every nodeSelectorTerm that does not already
     imply it (the same object when the nodeSelector already does)."""
-    allowed = set(zones)
-    if node_selector is not None and isinstance(node_selector, Mapping) and node_selector.get(zone_label) in allowed:
+    if node_selector is not None and isinstance(node_selector, Mapping) and node_selector.get(zone_label) in set(zones):
         return affinity  # nodeSelector is ANDed with every term: the template is already confined
-    requirement = zone_requirement(zone_label, zones)
+    requirement = {"key": zone_label, "operator": "In", "values": list(zones)}  # NB: `zone_label In zones`
     if affinity is ABSENT or affinity is None:  # NB: the usual case, written out
         return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}}
+    allowed = set(zones)
     affinity = _own(affinity, "affinity", where)
     affinity_path = f"{where}/affinity/nodeAffinity"
     node_affinity = _child_map(affinity, "nodeAffinity", f"{where}/affinity")
@@ -630,7 +646,7 @@ def _with_pod_affinity(affinity: Any, zone_label: str, selector: Mapping[str, st
 
 def _with_tolerations(existing: Any, wanted: Sequence[Mapping[str, Any]], where: str) -> list[Any]:
     """The tolerations list with each `wanted` toleration that it (as it grows) does not cover yet."""
-    current = _own_list(existing, "tolerations", where)
+    current = [] if existing is ABSENT or existing is None else _own_list(existing, "tolerations", where)
     for toleration in wanted:
         if not current or not already_tolerated(toleration, current):  # NB: an empty list covers nothing
             current.append(dict(toleration))
@@ -702,11 +718,6 @@ def already_tolerated(wanted: Mapping[str, Any], existing: Sequence[Any]) -> boo
     return any(tolerates(t, str(key), str(wanted.get("value") or ""), str(effect)) for t in present)
 
 
-def zone_requirement(zone_label: str, zones: Sequence[str]) -> dict[str, Any]:
-    """The nodeSelectorTerm expression `zone_label In zones`."""
-    return {"key": zone_label, "operator": "In", "values": list(zones)}
-
-
 def pod_affinity_term(selector: Mapping[str, str], zone_label: str) -> dict[str, Any]:
     """The required podAffinity term that keeps the group's pods (`selector`) in one zone."""
     return {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": zone_label}
@@ -759,10 +770,18 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
     return node
 
 
-@functools.lru_cache(maxsize=1024)
 def _tokens(pointer: str) -> tuple[str, ...]:
-    """`split_pointer`, memoized: the template pointers recur from review to review (one per replica type)."""
-    return tuple(split_pointer(pointer))
+    """`split_pointer`, memoized (`_parsed`)."""
+    return _parsed(pointer)[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(pointer: str) -> tuple[tuple[str, ...], str]:
+    """`split_pointer`, and the pointer as the diff spells those tokens (`_spell`), memoized: the template
+    pointers recur from review to review (one per replica type), and a lookup by the pointer hashes one
+    string (its hash kept in it), by the tokens a tuple of them (hashed anew each time)."""
+    tokens = tuple(split_pointer(pointer))
+    return tokens, _spell(tokens)
 
 
 def _own_path(raw_job: Mapping[str, Any], edited: dict[str, Any], pointer: str) -> Any:

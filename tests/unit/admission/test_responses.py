@@ -144,3 +144,11 @@ def test_the_policy_names_a_kept_head_already_shows_are_not_repeated() -> None:
     (got,) = responses.bound_warnings([text])
     assert got.startswith("blocked by CiliumNetworkPolicy ml/a egress[0], ml/b egress[1]: detail")
     assert got.endswith("…") and len(got) <= responses.WARNING_MAX_CHARS
+
+
+@pytest.mark.parametrize("ops", [OPS, tuple(OPS), OPS * 40], ids=["list", "tuple", "long (no line breaks)"])
+def test_encode_patch_is_standard_base64_of_the_compact_json_in_one_line(ops: Any) -> None:
+    encoded = responses.encode_patch(ops)
+    assert encoded == base64.b64encode(json.dumps(list(ops), separators=(",", ":")).encode()).decode("ascii")
+    assert "\n" not in encoded
+    assert json.loads(base64.b64decode(encoded, validate=True)) == list(ops)

@@ -133,6 +133,11 @@ CASES = [
         id="a nodeSelector on the chosen zone already pins the template so no affinity is added",
     ),
     pytest.param(
+        pytorchjob({"Worker": {"spec": {"containers": [CONTAINER], "nodeSelector": {ZL: "zone-a"}, "affinity": None}}}),
+        decision(), PIN, [annotations_add()],
+        id="a null affinity beside a nodeSelector that already pins stays null (no op, no placeholder value)",
+    ),
+    pytest.param(
         pytorchjob({"Master": {"metadata": {"labels": {"app": "x", "zone": "zone-b"}}, **BARE}, "Worker": BARE}),
         decision(labels={"zone": "zone-a", "example.com/tier": "gpu"}), PIN,
         [annotations_add(),
