@@ -45,6 +45,9 @@ class Shape:
     verdicts, and the zones' fits per strictness. Neither reads capacity."""
 
     checker: FlowChecker
+    # The snapshot's zone index for the settings (`capacity.zone_index`): the shape's key holds the settings
+    # and the shape lives with the snapshot, so a review of a known shape does not look it up again.
+    index: capacity.ZoneIndex
     fits: dict[bool, tuple[zones.ZoneFit, ...]] = field(default_factory=dict)
     # Per (strictness, zone): what a zone's row owes to the shape and the snapshot alone, never to the
     # reservations (`_zone_basis`); only the reservations change from one review of the shape to the next.
@@ -56,6 +59,9 @@ class Shape:
     # (strictness, suspended) of the decisions made on this shape that read nothing but the above and the
     # reservations (no DRA devices to resolve, no NVLink cliques): another one costs microseconds (`is_warm`).
     warm: set[tuple[bool, bool]] = field(default_factory=set)
+    # `warnings_for`, with how many replicas the checker had truncated when it was worked out (`truncated`
+    # only gains entries, one per replica key: flows.py `_enumerate`); the rest it reads is the snapshot's.
+    warnings: tuple[int, tuple[str, ...]] | None = None
 
 
 def mark_warm(run: Run, group: JobGroup) -> None:
@@ -146,23 +152,28 @@ def start_run(
 def _run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool, reserved: ledger.Reserved | None,
          suspended: bool, devices: Devices, shape_key: memo.DecisionKey | None = None) -> Run:
     """`start_run` for a group whose devices are resolved already."""
+    shape = memo.per_shape(group, snapshot, settings, lambda: _new_shape(group, snapshot, settings), key=shape_key)
+    if reserved is None:
+        reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
+    return Run(group, snapshot, settings, strict, shape.index, shape, reserved, suspended, devices.problems, devices)
+
+
+def _new_shape(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Shape:
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
-                        gpu_device_classes=settings.gpu_device_classes)
+                                gpu_device_classes=settings.gpu_device_classes)
     agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     # NB: the checker is kept in the snapshot's own memo, so it refers to the snapshot weakly: a strong
     # reference would be a cycle, and a replaced snapshot would wait for a full collection (the server
     # freezes the heap after each publish: app/http/app.py settle_heap) instead of going at once.
-    shape = memo.per_shape(group, snapshot, settings, lambda: Shape(FlowChecker(
+    checker = FlowChecker(
         group=group,
         snapshot=weakref.proxy(snapshot),
         enforcement=cast(PolicyEnforcement, agent.policy_enforcement),
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
         agent=agent,
-    )), key=shape_key)
-    if reserved is None:
-        reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
-    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended, devices.problems, devices)
+    )
+    return Shape(checker, index)
 
 
 def fit_zones(run: Run) -> tuple[zones.ZoneFit, ...]:
@@ -445,7 +456,12 @@ def _tolerations(
 
 
 def warnings_for(run: Run) -> tuple[str, ...]:
-    """What the caller should know even when a zone was chosen (partial enumeration, missing kinds)."""
+    """What the caller should know even when a zone was chosen (partial enumeration, missing kinds); worked
+    out again only when the checker has truncated another replica since (`Shape.warnings`)."""
+    truncated = len(run.checker.truncated)  # NB: read before the warnings, so a later entry is never missed
+    known = run.shape.warnings
+    if known is not None and known[0] == truncated:
+        return known[1]
     out = []
     out += [run.checker.truncated[key] for key in sorted(run.checker.truncated)]
     if run.snapshot.missing_kinds:
@@ -454,7 +470,9 @@ def warnings_for(run: Run) -> tuple[str, ...]:
     if run.checker.agent is not None and run.checker.agent.audit_mode:
         out.append("the Cilium agent runs in policy audit mode (cilium-config policy-audit-mode=true): flows its "
                    "policies would deny are only logged, so they count as allowed here")
-    return tuple(out)
+    found = tuple(out)
+    run.shape.warnings = (truncated, found)
+    return found
 
 
 def unreadable_gpus(snapshot: Snapshot, gpu_resources: Sequence[str]) -> list[str]:
