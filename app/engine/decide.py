@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from app import policy
 from app.config import Settings
@@ -206,9 +206,9 @@ def gpus_needed(group: JobGroup) -> int:
     return sum(r.count * r.gpus_per_pod for r in group.replicas)
 
 
-@dataclass(frozen=True)
-class CapacityFit:
-    """How the group's GPUs fit one zone: now, once running work ends, or never."""
+class CapacityFit(NamedTuple):
+    """How the group's GPUs fit one zone: now, once running work ends, or never. (A named tuple: one is made
+    per zone and review, and a frozen dataclass's __init__ sets each field through object.__setattr__.)"""
 
     state: str  # "now" | "wait" | "never" ("" when a replica cannot run in the zone at all)
     reserved: int  # GPUs of the group's kinds that admitted jobs reserve in the zone
@@ -275,7 +275,10 @@ def fit_capacity(run: Run, fit: zones.ZoneFit) -> CapacityFit:
     its queue and reserves nothing until it runs). Only the reservations are read per call; the rest
     is the shape's (`_capacity_basis`).
     """
-    basis = _capacity_basis(run, fit)
+    return _fit_capacity(run, fit, _capacity_basis(run, fit))
+
+
+def _fit_capacity(run: Run, fit: zones.ZoneFit, basis: _CapacityBasis) -> CapacityFit:
     reserved = run.reserved.in_zone(fit.zone, basis.kinds)
     if not basis.head:
         return CapacityFit("now", reserved, "")
@@ -338,6 +341,7 @@ class _ZoneBasis:
     checks: tuple[FlowCheck, ...]
     network: str
     flow_problems: tuple[str, ...]  # the flows not allowed, and the label hints of a blocked zone
+    sorted_problems: tuple[str, ...]  # the same, sorted: the row's problems when the group fits the zone
     placement_problems: tuple[str, ...]  # the fit's: a replica that cannot run in the zone
     needed: int  # GPUs the whole group asks for
     # The row when it does not depend on the reservations at all (a replica cannot run here), else None.
@@ -356,7 +360,7 @@ def _zone_basis(run: Run, fit: zones.ZoneFit) -> _ZoneBasis:
         problems += _static_label_hints(run, fit.zone, overrides)
     placement = fit.problems
     needed = gpus_needed(run.group)
-    basis = _ZoneBasis(fit, tuple(checks), network, tuple(problems), placement, needed, None)
+    basis = _ZoneBasis(fit, tuple(checks), network, tuple(problems), tuple(sorted(problems)), placement, needed, None)
     if placement:
         basis = dataclasses.replace(basis, fixed=_row(basis, CapacityFit("", 0, ""), placement))
     run.shape.rows[key] = basis
@@ -368,7 +372,12 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     basis = _zone_basis(run, fit)
     if basis.fixed is not None:
         return basis.fixed
-    cap = fit_capacity(run, fit)
+    return _report(run, basis, _capacity_basis(run, fit))
+
+
+def _report(run: Run, basis: _ZoneBasis, capacity_basis: _CapacityBasis) -> ZoneReport:
+    """`report_zone` of a zone the group can run in, from its bases (`_Plan.rows` keeps them per candidate)."""
+    cap = _fit_capacity(run, basis.fit, capacity_basis)
     return _row(basis, cap, () if _takes(run, cap) else (cap.text,))
 
 
@@ -384,7 +393,7 @@ def _row(basis: _ZoneBasis, cap: CapacityFit, problems: tuple[str, ...]) -> Zone
         fits=fits,
         network=network,
         flows=basis.checks,
-        problems=tuple(sorted((*problems, *basis.flow_problems))),
+        problems=tuple(sorted((*problems, *basis.flow_problems))) if problems else basis.sorted_problems,
         eligible=fits and network == "allow",
         capacity=cap.state,
         gpus_allocatable=fit.gpus_allocatable,
@@ -550,7 +559,7 @@ def decide_fresh(
                     shape_key=shape_key)
     if run.devices is not None and run.devices.domain and not run.problems:
         return lead.with_lead(group, _decide_clique(run))
-    decision = lead.with_lead(group, _decide(run))
+    decision = _decide(run)
     mark_warm(run, group)
     return decision
 
@@ -635,6 +644,10 @@ class _Plan:
     conflict: str
     # Tolerations per tuple of zones the pods may spread over (one or two tuples per shape in practice).
     tolerations: dict[tuple[str, ...], dict[str, tuple[Mapping[str, Any], ...]]] = field(default_factory=dict)
+    # Per suspended: each candidate's bases (`_candidate_rows`), so a review does not look them up zone by zone.
+    rows: dict[bool, tuple[tuple[_ZoneBasis, _CapacityBasis | None], ...]] = field(default_factory=dict)
+    # Per (chosen zone, its capacity state): the summary (`summarize` reads nothing else that a review changes).
+    summaries: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def _plan(run: Run) -> _Plan:
@@ -652,16 +665,30 @@ def _plan(run: Run) -> _Plan:
     return plan
 
 
+def _candidate_rows(run: Run, plan: _Plan) -> tuple[tuple[_ZoneBasis, _CapacityBasis | None], ...]:
+    """The candidates' zone and capacity bases, in order (no capacity basis for a row that is `fixed`)."""
+    found = plan.rows.get(run.suspended)
+    if found is None:
+        rows = []
+        for fit in plan.candidates:
+            basis = _zone_basis(run, fit)
+            rows.append((basis, None if basis.fixed is not None else _capacity_basis(run, fit)))
+        found = plan.rows[run.suspended] = tuple(rows)
+    return found
+
+
 def _decide(run: Run) -> Decision:
+    """The decision with its lead (engine/lead.py); only the reservations are read when the shape's plan is known."""
     settings, suspended = run.settings, run.suspended
     if run.problems:
         unjudged = tuple(f"cannot judge where its GPUs are: {p}" for p in run.problems)
-        return Decision(False, None, (), unjudged, warnings=warnings_for(run), summary=summarize(None, run, ()))
+        return lead.with_lead(run.group, Decision(False, None, (), unjudged, warnings=warnings_for(run),
+                                                  summary=summarize(None, run, ())))
     plan = _plan(run)
     fits, candidates, excluded, conflict = plan.fits, plan.candidates, plan.excluded, plan.conflict
     if not candidates:
         reasons = {*_no_candidates(run, fits), *([conflict] if conflict else [])}
-        return Decision(
+        return lead.with_lead(run.group, Decision(
             False,
             None,
             (),
@@ -670,12 +697,13 @@ def _decide(run: Run) -> Decision:
             summary=summarize(None, run, ()),
             excluded_zones=excluded,
             split=bool(conflict),
-        )
-    reports = tuple(report_zone(run, f) for f in candidates)
+        ))
+    reports = tuple([_report(run, basis, cap) if cap is not None else cast(ZoneReport, basis.fixed)
+                     for basis, cap in _candidate_rows(run, plan)])
     eligible = [r for r in reports if r.eligible]
     if not eligible:
         reasons = {*zone_reasons(reports), *([conflict] if conflict else [])}
-        return Decision(
+        return lead.with_lead(run.group, Decision(
             False,
             None,
             reports,
@@ -684,7 +712,7 @@ def _decide(run: Run) -> Decision:
             summary=summarize(None, run, ()),
             excluded_zones=excluded,
             split=bool(conflict),
-        )
+        ))
     chosen = _choose(eligible, settings.zone_strategy, suspended=suspended)
     open_zones = tuple(sorted(r.zone for r in eligible))
     if settings.zone_identity_label:
@@ -694,6 +722,12 @@ def _decide(run: Run) -> Decision:
     tolerations = plan.tolerations.get(spread_over)
     if tolerations is None:
         tolerations = plan.tolerations[spread_over] = _tolerations(run, {f.zone: f for f in fits}, spread_over)
+    summary = plan.summaries.get((chosen.zone, chosen.capacity))
+    if summary is None:
+        summary = plan.summaries[(chosen.zone, chosen.capacity)] = summarize(
+            chosen.zone, run, chosen.flows, capacity_state=chosen.capacity)
+    # NB: built once, its lead with it (`lead.admitted` is what `lead_for` says of an admitted job): a
+    # `dataclasses.replace` afterwards would run __init__ again through the fields' introspection.
     return Decision(
         allowed=True,
         zone=chosen.zone,
@@ -703,7 +737,8 @@ def _decide(run: Run) -> Decision:
         labels={settings.zone_identity_label: chosen.zone} if settings.zone_identity_label else {},
         open_zones=open_zones,
         warnings=capacity_warnings(chosen, run) + warnings_for(run),
-        summary=summarize(chosen.zone, run, chosen.flows, capacity_state=chosen.capacity),
+        summary=summary,
         excluded_zones=excluded,
         capacity=chosen.capacity,
+        lead=lead.admitted(run.group, chosen.zone, chosen, chosen.capacity, open_zones),
     )
