@@ -714,10 +714,11 @@ def _decide(run: Run) -> Decision:
             split=bool(conflict),
         ))
     chosen = _choose(eligible, settings.zone_strategy, suspended=suspended)
-    open_zones = tuple(sorted(r.zone for r in eligible))
     if settings.zone_identity_label:
         # Pods carry the chosen zone's identity label, so only that zone is open for them.
-        open_zones = (chosen.zone,)
+        open_zones: tuple[str, ...] = (chosen.zone,)
+    else:
+        open_zones = tuple(sorted([r.zone for r in eligible]))
     spread_over = open_zones if settings.mode == "colocate" else (chosen.zone,)
     tolerations = plan.tolerations.get(spread_over)
     if tolerations is None:

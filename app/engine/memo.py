@@ -173,7 +173,15 @@ class DecisionKey:
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DecisionKey):
-            return self._parts == other._parts
+            if self._parts is other._parts:
+                return True
+            if self._parts == other._parts:
+                # NB: equal, so from now on the same object: a review looks its shape up twice (engine.pending,
+                # then the decision's `per_shape`), and the second comparison is then one identity test
+                # instead of a walk over the job's parts.
+                other._parts = self._parts
+                return True
+            return False
         return NotImplemented
 
     def __repr__(self) -> str:
@@ -317,13 +325,3 @@ def _shapes(snapshot: Snapshot) -> BoundedMemo[DecisionKey, Any]:
 
 def _new_shapes(_: Snapshot) -> BoundedMemo[DecisionKey, Any]:
     return BoundedMemo(DECISION_MEMO_SIZE)
-
-
-def memoized(key: DecisionKey, snapshot: Snapshot, compute: Callable[[], Decision]) -> Decision:
-    """The decision under `key`, computed (and kept) only the first time."""
-    memo = memo_of(snapshot)
-    found = memo.get(key)
-    if found is None:
-        found = compute()
-        memo.put(key, found)
-    return found
