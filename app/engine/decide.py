@@ -275,11 +275,12 @@ def fit_capacity(run: Run, fit: zones.ZoneFit) -> CapacityFit:
     its queue and reserves nothing until it runs). Only the reservations are read per call; the rest
     is the shape's (`_capacity_basis`).
     """
-    return _fit_capacity(run, fit, _capacity_basis(run, fit))
+    basis = _capacity_basis(run, fit)
+    return _fit_capacity(run, fit, basis, run.reserved.in_zone(fit.zone, basis.kinds))
 
 
-def _fit_capacity(run: Run, fit: zones.ZoneFit, basis: _CapacityBasis) -> CapacityFit:
-    reserved = run.reserved.in_zone(fit.zone, basis.kinds)
+def _fit_capacity(run: Run, fit: zones.ZoneFit, basis: _CapacityBasis, reserved: int) -> CapacityFit:
+    """`fit_capacity` with `reserved`, the GPUs of the group's kinds reserved in the zone."""
     if not basis.head:
         return CapacityFit("now", reserved, "")
     if basis.never:
@@ -372,13 +373,42 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     basis = _zone_basis(run, fit)
     if basis.fixed is not None:
         return basis.fixed
-    return _report(run, basis, _capacity_basis(run, fit))
+    capacity_basis = _capacity_basis(run, fit)
+    return _report(run, basis, capacity_basis, run.reserved.in_zone(fit.zone, capacity_basis.kinds))
 
 
-def _report(run: Run, basis: _ZoneBasis, capacity_basis: _CapacityBasis) -> ZoneReport:
-    """`report_zone` of a zone the group can run in, from its bases (`_Plan.rows` keeps them per candidate)."""
-    cap = _fit_capacity(run, basis.fit, capacity_basis)
+def _report(run: Run, basis: _ZoneBasis, capacity_basis: _CapacityBasis, reserved: int) -> ZoneReport:
+    """`report_zone` of a zone the group can run in, from its bases, with `reserved` GPUs of its kinds reserved."""
+    cap = _fit_capacity(run, basis.fit, capacity_basis, reserved)
     return _row(basis, cap, () if _takes(run, cap) else (cap.text,))
+
+
+class _Candidate:
+    """A candidate zone of a plan, for the reviews of one suspension state: its bases and the last row made.
+
+    The row reads nothing a review changes but the GPUs reserved in the zone (the rest is the plan's, the run's
+    settings and suspension are the plan's key), so it is made again only when they differ from the last
+    row's. A burst admits into one zone at a time: the other zones' rows repeat from review to review.
+    """
+
+    __slots__ = ("basis", "capacity", "last")
+
+    def __init__(self, basis: _ZoneBasis, capacity: _CapacityBasis | None) -> None:
+        self.basis = basis
+        self.capacity = capacity  # None: the row is `basis.fixed`
+        self.last: tuple[int, ZoneReport] | None = None  # (GPUs reserved, the row made with them)
+
+    def report(self, run: Run) -> ZoneReport:
+        capacity = self.capacity
+        if capacity is None:
+            return cast(ZoneReport, self.basis.fixed)
+        reserved = run.reserved.in_zone(self.basis.fit.zone, capacity.kinds)
+        last = self.last  # NB: read once; another review may replace it meanwhile
+        if last is not None and last[0] == reserved:
+            return last[1]
+        made = _report(run, self.basis, capacity, reserved)
+        self.last = (reserved, made)
+        return made
 
 
 def _row(basis: _ZoneBasis, cap: CapacityFit, problems: tuple[str, ...]) -> ZoneReport:
@@ -644,8 +674,8 @@ class _Plan:
     conflict: str
     # Tolerations per tuple of zones the pods may spread over (one or two tuples per shape in practice).
     tolerations: dict[tuple[str, ...], dict[str, tuple[Mapping[str, Any], ...]]] = field(default_factory=dict)
-    # Per suspended: each candidate's bases (`_candidate_rows`), so a review does not look them up zone by zone.
-    rows: dict[bool, tuple[tuple[_ZoneBasis, _CapacityBasis | None], ...]] = field(default_factory=dict)
+    # Per suspended: the candidates with their bases (`_candidates`), so a review does not look them up zone by zone.
+    rows: dict[bool, tuple[_Candidate, ...]] = field(default_factory=dict)
     # Per (chosen zone, its capacity state): the summary (`summarize` reads nothing else that a review changes).
     summaries: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -665,14 +695,14 @@ def _plan(run: Run) -> _Plan:
     return plan
 
 
-def _candidate_rows(run: Run, plan: _Plan) -> tuple[tuple[_ZoneBasis, _CapacityBasis | None], ...]:
-    """The candidates' zone and capacity bases, in order (no capacity basis for a row that is `fixed`)."""
+def _candidates(run: Run, plan: _Plan) -> tuple[_Candidate, ...]:
+    """The plan's candidates for the run's suspension state, in order, with their bases."""
     found = plan.rows.get(run.suspended)
     if found is None:
         rows = []
         for fit in plan.candidates:
             basis = _zone_basis(run, fit)
-            rows.append((basis, None if basis.fixed is not None else _capacity_basis(run, fit)))
+            rows.append(_Candidate(basis, None if basis.fixed is not None else _capacity_basis(run, fit)))
         found = plan.rows[run.suspended] = tuple(rows)
     return found
 
@@ -698,8 +728,7 @@ def _decide(run: Run) -> Decision:
             excluded_zones=excluded,
             split=bool(conflict),
         ))
-    reports = tuple([_report(run, basis, cap) if cap is not None else cast(ZoneReport, basis.fixed)
-                     for basis, cap in _candidate_rows(run, plan)])
+    reports = tuple([candidate.report(run) for candidate in _candidates(run, plan)])
     eligible = [r for r in reports if r.eligible]
     if not eligible:
         reasons = {*zone_reasons(reports), *([conflict] if conflict else [])}

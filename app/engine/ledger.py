@@ -279,16 +279,18 @@ def _ledger_of(snapshot: Snapshot, gpu_resources: Sequence[str]) -> Ledger:
     return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources))
 
 
-ZoneTotals = Mapping[str, Mapping[str, int]]
-EMPTY_COUNTS: Mapping[str, int] = freeze({})  # zone -> GPU resource -> GPUs
+ZoneTotals = Mapping[str, Mapping[str, int]]  # zone -> GPU resource -> GPUs
 TotalsForm = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 
 
 def _form(totals: ZoneTotals) -> TotalsForm:
     """Plain, hashable form of per-zone totals (zero entries left out), for a decision's memo key."""
     form = []
-    for zone in sorted(totals):  # NB: loops, not generators: once per review
-        held = [(r, n) for r, n in totals[zone].items() if n]
+    for zone in sorted(totals):  # NB: loops, not comprehensions (each a call in 3.11): once per review
+        held = []
+        for item in totals[zone].items():  # (resource, GPUs)
+            if item[1]:
+                held.append(item)
         if held:
             form.append((zone, tuple(held) if len(held) == 1 else tuple(sorted(held))))
     return tuple(form)
@@ -329,16 +331,18 @@ def reserved_for(
     if own is None and not flying:
         return Reserved(ledger.by_zone)
     # Only the zones the job's own hold or the in-flight totals change are copied; the others stay the ledger's.
+    # (Each copy is made here and never handed out but read-only, so it is wrapped, not copied again by freeze.)
     totals: dict[str, Mapping[str, int]] = dict(ledger.by_zone)
     if own is not None:
         per = dict(totals[own.zone])
         for resource, count in own.gpus.items():
             per[resource] -= count
-        totals[own.zone] = freeze(per)
+        totals[own.zone] = MappingProxyType(per)
     for zone, held in flying:
-        per = dict(totals.get(zone, EMPTY_COUNTS))
+        stored = totals.get(zone)
+        per = dict(stored) if stored else {}
         for resource, count in held:
             if resource in gpu_resources:
                 per[resource] = per.get(resource, 0) + count
-        totals[zone] = freeze(per)
-    return Reserved(freeze(totals), (own.form() if own else None, flying))
+        totals[zone] = MappingProxyType(per)
+    return Reserved(MappingProxyType(totals), (own.form() if own else None, flying))

@@ -104,3 +104,22 @@ def test_the_warnings_follow_what_the_checker_truncates() -> None:
     assert after == (*before, run.checker.truncated["Worker"])
     again = decide_module.start_run(group, snapshot, Settings(), strict=False)  # the same shape
     assert decide_module.warnings_for(again) == after
+
+
+def test_a_zone_row_is_made_again_only_when_its_reserved_gpus_change() -> None:
+    # A burst admits into one zone at a time: the rows of the others repeat (the same objects) until they change.
+    snapshot = cluster()
+    group = job(1, 4)
+
+    def decide(*holds: ledger.Hold) -> Any:
+        totals = in_flight_totals(holds, job=engine.job_key(group))
+        return engine.pending("decide", group, snapshot, Settings(), in_flight=totals).result()
+
+    first = decide(hold(1, "zone-a", 8))
+    second = decide(hold(1, "zone-a", 8), hold(2, "zone-c", 4))
+    rows = {r.zone: r for r in first.zones}
+    again = {r.zone: r for r in second.zones}
+
+    assert again["zone-a"] is rows["zone-a"] and again["zone-b"] is rows["zone-b"]
+    assert again["zone-c"] is not rows["zone-c"]
+    assert (rows["zone-c"].gpus_reserved, again["zone-c"].gpus_reserved) == (0, 4)
