@@ -21,10 +21,10 @@ memoized per snapshot (engine/cached.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, NamedTuple, cast
 
 from app import policy
@@ -461,20 +461,56 @@ def conflict_reason(run: Run, fits: Sequence[zones.ZoneFit]) -> str:
     return zones.describe_conflict(run.group, zones_of, run.settings.zone_label)
 
 
-def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> tuple[int, int | Fraction, str]:
+class _Share:
+    """`num / den` (den > 0), compared exactly by cross-multiplying: what `rank_key` falls back on when two
+    shares round to the same float. (A Fraction would do, but it normalizes by a gcd when made, and a
+    burst of waiting jobs ranks every zone of every review by it.)"""
+
+    __slots__ = ("den", "num")
+
+    def __init__(self, num: int, den: int) -> None:
+        self.num, self.den = num, den
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Share):
+            return NotImplemented
+        return self.num * other.den == other.num * self.den
+
+    def __lt__(self, other: _Share) -> bool:
+        return self.num * other.den < other.num * self.den
+
+    def __gt__(self, other: _Share) -> bool:
+        return self.num * other.den > other.num * self.den
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+RankKey = tuple[int, float, "_Share | int", str]
+
+
+def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> RankKey:
     """Order of the eligible zones, best first: fits now before waits; among zones that fit now the
     strategy (`most-free` or `binpack` on free GPUs less reservations); among zones where the job
     waits, the most free relative to the zone's size: free less reservations (below zero once
     admitted jobs wait) over allocatable, so a burst of waiting jobs spreads over the zones in
     proportion to their GPUs and each zone's backlog drains in about the same time. A suspended job
-    ranks by allocatable GPUs."""
+    ranks by allocatable GPUs.
+
+    The share is exact: ranked by the float quotient (correctly rounded, so a smaller float is a smaller
+    share), and by the share itself only where two floats are equal (`_Share`).
+    """
     if suspended:
         size = report.gpus_allocatable
-        return (0, size if strategy == "binpack" else -size, report.zone)
+        return (0, size if strategy == "binpack" else -size, 0, report.zone)
     value = report.gpus_free - report.gpus_reserved
     if report.capacity == "now":
-        return (0, value if strategy == "binpack" else -value, report.zone)
-    return (1, -Fraction(value, max(report.gpus_allocatable, 1)), report.zone)
+        return (0, value if strategy == "binpack" else -value, 0, report.zone)
+    size = max(report.gpus_allocatable, 1)
+    try:
+        share = -value / size
+    except OverflowError:  # beyond a float (a snapshot can say anything): infinity, and `_Share` decides
+        share = math.inf if value < 0 else -math.inf
+    return (1, share, _Share(-value, size), report.zone)
 
 
 def _choose(reports: Sequence[ZoneReport], strategy: str, *, suspended: bool = False) -> ZoneReport:
@@ -635,7 +671,7 @@ def _decide_clique(run: Run) -> Decision:
     assert devices is not None
     label, pinned = run.settings.clique_label, devices.domain_replicas
     cliques = _cliques(run)
-    best: tuple[tuple[int, int | Fraction, str], Decision, str] | None = None
+    best: tuple[RankKey, Decision, str] | None = None
     for zone, clique, _ in cliques:
         group = dataclasses.replace(run.group, replicas=tuple(
             _in_clique(r, label, clique, devices.domain_uid) if r.key in pinned else r for r in run.group.replicas))

@@ -123,3 +123,37 @@ def test_a_zone_row_is_made_again_only_when_its_reserved_gpus_change() -> None:
     assert again["zone-a"] is rows["zone-a"] and again["zone-b"] is rows["zone-b"]
     assert again["zone-c"] is not rows["zone-c"]
     assert (rows["zone-c"].gpus_reserved, again["zone-c"].gpus_reserved) == (0, 4)
+
+
+def _reference_rank(report: Any, strategy: str) -> tuple[Any, ...]:
+    """rank_key as it was written with Fractions: the order the exact, cheaper key must keep."""
+    from fractions import Fraction
+
+    value = report.gpus_free - report.gpus_reserved
+    if report.capacity == "now":
+        return (0, value if strategy == "binpack" else -value, report.zone)
+    return (1, -Fraction(value, max(report.gpus_allocatable, 1)), report.zone)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.sampled_from(["now", "wait"]), st.integers(0, 64),
+                            st.integers(0, 200) | st.sampled_from([2**60, 2**60 + 1, 10**400, 10**400 + 1]),
+                            st.integers(0, 64) | st.just(10**400), st.sampled_from(["zone-a", "zone-b", "zone-c"])),
+                  min_size=2, max_size=6),
+    strategy=st.sampled_from(["most-free", "binpack"]),
+)
+def test_rank_key_orders_zones_as_exact_fractions_do(rows: list[tuple[str, int, int, int, str]], strategy: str) -> None:
+    # Shares that round to one float (2**60 and 2**60 + 1 reserved) or beyond any (10**400) rank exactly.
+    import dataclasses
+
+    template = engine.decide(job(1, 4), cluster(), Settings()).zones[0]
+    reports = [dataclasses.replace(template, capacity=state, gpus_free=free, gpus_reserved=reserved,
+                                   gpus_allocatable=allocatable, zone=zone)
+               for state, free, reserved, allocatable, zone in rows]
+    for a in reports:
+        for b in reports:
+            ours = decide_module.rank_key(a, strategy), decide_module.rank_key(b, strategy)
+            theirs = _reference_rank(a, strategy), _reference_rank(b, strategy)
+            assert (ours[0] < ours[1], ours[0] == ours[1]) == (theirs[0] < theirs[1], theirs[0] == theirs[1])
+    assert decide_module._choose(reports, strategy) is min(reports, key=lambda r: _reference_rank(r, strategy))
