@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from app.engine import ledger
 from app.models.cluster import Snapshot, add_counts, freeze
@@ -72,15 +73,18 @@ class InFlight:
         """
         if not self._holds:
             return freeze({})
+        totals: dict[str, Mapping[str, int]] = {}
         with self._lock:
             self._release(snapshot)
-            totals = {zone: dict(per) for zone, per in self._totals.items()}
             own = self._holds.get(job)
-            if own is not None:
-                hold = own[1]
-                for resource, count in hold.gpus.items():
-                    totals[hold.zone][resource] -= count
-        return freeze({zone: freeze(per) for zone, per in totals.items()})
+            mine = own[1] if own is not None else None
+            for zone, per in self._totals.items():
+                counts = dict(per)  # NB: the one copy, wrapped read-only (freeze would copy it again)
+                if mine is not None and mine.zone == zone:
+                    for resource, count in mine.gpus.items():
+                        counts[resource] -= count
+                totals[zone] = MappingProxyType(counts)
+        return MappingProxyType(totals)
 
     def _release(self, snapshot: Snapshot) -> None:
         now = self._clock()
