@@ -386,9 +386,9 @@ def _report(run: Run, basis: _ZoneBasis, capacity_basis: _CapacityBasis, reserve
 class _Candidate:
     """A candidate zone of a plan, for the reviews of one suspension state: its bases and the last row made.
 
-    The row reads nothing a review changes but the GPUs reserved in the zone (the rest is the plan's, the run's
-    settings and suspension are the plan's key), so it is made again only when they differ from the last
-    row's. A burst admits into one zone at a time: the other zones' rows repeat from review to review.
+    The row and its rank read nothing a review changes but the GPUs reserved in the zone (the rest is the
+    plan's; the run's settings and suspension are the plan's key), so they are made again only when those
+    differ from the last row's. A burst admits into one zone at a time: the other zones' rows repeat.
     """
 
     __slots__ = ("basis", "capacity", "last")
@@ -396,19 +396,20 @@ class _Candidate:
     def __init__(self, basis: _ZoneBasis, capacity: _CapacityBasis | None) -> None:
         self.basis = basis
         self.capacity = capacity  # None: the row is `basis.fixed`
-        self.last: tuple[int, ZoneReport] | None = None  # (GPUs reserved, the row made with them)
+        # (GPUs reserved, the row made with them, its `rank_key`)
+        self.last: tuple[int, ZoneReport, RankKey] | None = None
 
-    def report(self, run: Run) -> ZoneReport:
+    def report(self, run: Run) -> tuple[ZoneReport, RankKey | None]:
+        """The zone's row for the run, and its rank (None for a `fixed` row, which is never eligible)."""
         capacity = self.capacity
         if capacity is None:
-            return cast(ZoneReport, self.basis.fixed)
+            return cast(ZoneReport, self.basis.fixed), None
         reserved = run.reserved.in_zone(self.basis.fit.zone, capacity.kinds)
         last = self.last  # NB: read once; another review may replace it meanwhile
-        if last is not None and last[0] == reserved:
-            return last[1]
-        made = _report(run, self.basis, capacity, reserved)
-        self.last = (reserved, made)
-        return made
+        if last is None or last[0] != reserved:
+            made = _report(run, self.basis, capacity, reserved)
+            last = self.last = (reserved, made, rank_key(made, run.settings.zone_strategy, suspended=run.suspended))
+        return last[1], last[2]
 
 
 def _row(basis: _ZoneBasis, cap: CapacityFit, problems: tuple[str, ...]) -> ZoneReport:
@@ -511,10 +512,6 @@ def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> R
     except OverflowError:  # beyond a float (a snapshot can say anything): infinity, and `_Share` decides
         share = math.inf if value < 0 else -math.inf
     return (1, share, _Share(-value, size), report.zone)
-
-
-def _choose(reports: Sequence[ZoneReport], strategy: str, *, suspended: bool = False) -> ZoneReport:
-    return min(reports, key=lambda r: rank_key(r, strategy, suspended=suspended))
 
 
 def _tolerations(
@@ -745,7 +742,7 @@ def _candidates(run: Run, plan: _Plan) -> tuple[_Candidate, ...]:
 
 def _decide(run: Run) -> Decision:
     """The decision with its lead (engine/lead.py); only the reservations are read when the shape's plan is known."""
-    settings, suspended = run.settings, run.suspended
+    settings = run.settings
     if run.problems:
         unjudged = tuple(f"cannot judge where its GPUs are: {p}" for p in run.problems)
         return lead.with_lead(run.group, Decision(False, None, (), unjudged, warnings=warnings_for(run),
@@ -764,8 +761,10 @@ def _decide(run: Run) -> Decision:
             excluded_zones=excluded,
             split=bool(conflict),
         ))
-    reports = tuple([candidate.report(run) for candidate in _candidates(run, plan)])
-    eligible = [r for r in reports if r.eligible]
+    made = [candidate.report(run) for candidate in _candidates(run, plan)]
+    reports = tuple([report for report, _ in made])
+    # (rank, row) of the eligible rows: the least rank is the chosen zone (ranks end with the zone: no two tie)
+    eligible = [(rank, report) for report, rank in made if report.eligible]
     if not eligible:
         reasons = {*zone_reasons(reports), *([conflict] if conflict else [])}
         return lead.with_lead(run.group, Decision(
@@ -778,12 +777,12 @@ def _decide(run: Run) -> Decision:
             excluded_zones=excluded,
             split=bool(conflict),
         ))
-    chosen = _choose(eligible, settings.zone_strategy, suspended=suspended)
+    chosen = min(eligible)[1]
     if settings.zone_identity_label:
         # Pods carry the chosen zone's identity label, so only that zone is open for them.
         open_zones: tuple[str, ...] = (chosen.zone,)
     else:
-        open_zones = tuple(sorted([r.zone for r in eligible]))
+        open_zones = tuple(sorted([r.zone for _, r in eligible]))
     spread_over = open_zones if settings.mode == "colocate" else (chosen.zone,)
     tolerations = plan.tolerations.get(spread_over)
     if tolerations is None:
