@@ -43,6 +43,8 @@ class InFlight:
         self._totals: dict[str, dict[str, int]] = {}  # zone -> resource -> GPUs held, over every hold
         self._seen: Snapshot | None = None  # the last snapshot whose stored jobs released their holds
         self._fresh: list[ledger.JobKey] = []  # holds added since, not yet checked against it
+        # The jobs `_seen` stores, once read (a burst checks each hold it adds against the same snapshot).
+        self._stored: frozenset[ledger.JobKey] | None = None
 
     def hold(self, key: ledger.JobKey, zone: str, gpus: Mapping[str, int]) -> None:
         """Hold `gpus` in `zone` for the job `key` (kind, namespace, name), replacing an earlier hold."""
@@ -94,9 +96,14 @@ class InFlight:
                 break
             self._drop(first)
         # A new snapshot: one pass for the jobs it now stores; the same one: only the holds added since.
-        checked = list(self._holds) if snapshot is not self._seen else self._fresh
+        if snapshot is not self._seen:
+            checked, self._stored = list(self._holds), None
+        else:
+            checked = self._fresh
         if checked:
-            stored = ledger.stored_jobs(snapshot)
+            stored = self._stored
+            if stored is None:
+                stored = self._stored = ledger.stored_jobs(snapshot)
             for key in [k for k in checked if k in stored]:
                 self._drop(key)
         self._seen, self._fresh = snapshot, []

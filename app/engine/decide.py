@@ -673,7 +673,7 @@ def _decide_clique(run: Run) -> Decision:
         group = dataclasses.replace(run.group, replicas=tuple(
             _in_clique(r, label, clique, devices.domain_uid) if r.key in pinned else r for r in run.group.replicas))
         sub = _run(group, run.snapshot, run.settings, strict=run.strict, reserved=run.reserved,
-                   suspended=run.suspended, devices=dataclasses.replace(devices, group=group))
+                   suspended=run.suspended, devices=devices._replace(group=group))
         decision = _decide(sub)
         if not decision.allowed or decision.zone != zone:
             continue

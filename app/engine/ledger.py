@@ -34,6 +34,7 @@ from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, add_cou
 from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
+LEDGER_BY_SETTING_MEMO_KEY = f"{LEDGER_MEMO_KEY}/by-setting"  # (`ledger_of`)
 
 JobKey = tuple[str, str, str]  # (kind, namespace, name)
 
@@ -262,7 +263,7 @@ def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     # NB: found by the setting as given first: every review asks, and resolving the names (`gpu_kinds`, an
     # identity memo over the nodes) and spelling the memo key cost more than the lookup.
     setting = gpu_resources if isinstance(gpu_resources, tuple) else tuple(gpu_resources)
-    by_setting = snapshot.memo(f"{LEDGER_MEMO_KEY}/by-setting", _by_setting)
+    by_setting = snapshot.memo(LEDGER_BY_SETTING_MEMO_KEY, _by_setting)
     found = by_setting.get(setting)
     if found is None:
         found = by_setting[setting] = _ledger_of(snapshot, setting)
