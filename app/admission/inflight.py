@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from app.engine import ledger
 from app.models.cluster import Snapshot, add_counts, freeze
@@ -42,6 +43,8 @@ class InFlight:
         self._totals: dict[str, dict[str, int]] = {}  # zone -> resource -> GPUs held, over every hold
         self._seen: Snapshot | None = None  # the last snapshot whose stored jobs released their holds
         self._fresh: list[ledger.JobKey] = []  # holds added since, not yet checked against it
+        # The jobs `_seen` stores, once read (a burst checks each hold it adds against the same snapshot).
+        self._stored: frozenset[ledger.JobKey] | None = None
 
     def hold(self, key: ledger.JobKey, zone: str, gpus: Mapping[str, int]) -> None:
         """Hold `gpus` in `zone` for the job `key` (kind, namespace, name), replacing an earlier hold."""
@@ -72,15 +75,18 @@ class InFlight:
         """
         if not self._holds:
             return freeze({})
+        totals: dict[str, Mapping[str, int]] = {}
         with self._lock:
             self._release(snapshot)
-            totals = {zone: dict(per) for zone, per in self._totals.items()}
             own = self._holds.get(job)
-            if own is not None:
-                hold = own[1]
-                for resource, count in hold.gpus.items():
-                    totals[hold.zone][resource] -= count
-        return freeze({zone: freeze(per) for zone, per in totals.items()})
+            mine = own[1] if own is not None else None
+            for zone, per in self._totals.items():
+                counts = dict(per)  # NB: the one copy, wrapped read-only (freeze would copy it again)
+                if mine is not None and mine.zone == zone:
+                    for resource, count in mine.gpus.items():
+                        counts[resource] -= count
+                totals[zone] = MappingProxyType(counts)
+        return MappingProxyType(totals)
 
     def _release(self, snapshot: Snapshot) -> None:
         now = self._clock()
@@ -90,9 +96,14 @@ class InFlight:
                 break
             self._drop(first)
         # A new snapshot: one pass for the jobs it now stores; the same one: only the holds added since.
-        checked = list(self._holds) if snapshot is not self._seen else self._fresh
+        if snapshot is not self._seen:
+            checked, self._stored = list(self._holds), None
+        else:
+            checked = self._fresh
         if checked:
-            stored = ledger.stored_jobs(snapshot)
+            stored = self._stored
+            if stored is None:
+                stored = self._stored = ledger.stored_jobs(snapshot)
             for key in [k for k in checked if k in stored]:
                 self._drop(key)
         self._seen, self._fresh = snapshot, []

@@ -45,12 +45,11 @@ class Pending:
         if self.known is not None:
             return self.known
         fresh = decide_fresh if self.kind == "decide" else validate_fresh
-        return memo.memoized(
-            self.key,
-            self.snapshot,
-            lambda: fresh(self.group, self.snapshot, self.settings, reserved=self.reserved, suspended=self.suspended,
-                          shape_key=self.shape_key),
-        )
+        # NB: not looked up again (`pending` just did): a decision two reviews make at once is the same one.
+        decision = fresh(self.group, self.snapshot, self.settings, reserved=self.reserved, suspended=self.suspended,
+                         shape_key=self.shape_key)
+        memo.memo_of(self.snapshot).put(self.key, decision)
+        return decision
 
 
 def pending(

@@ -21,11 +21,11 @@ memoized per snapshot (engine/cached.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from app import policy
 from app.config import Settings
@@ -45,6 +45,9 @@ class Shape:
     verdicts, and the zones' fits per strictness. Neither reads capacity."""
 
     checker: FlowChecker
+    # The snapshot's zone index for the settings (`capacity.zone_index`): the shape's key holds the settings
+    # and the shape lives with the snapshot, so a review of a known shape does not look it up again.
+    index: capacity.ZoneIndex
     fits: dict[bool, tuple[zones.ZoneFit, ...]] = field(default_factory=dict)
     # Per (strictness, zone): what a zone's row owes to the shape and the snapshot alone, never to the
     # reservations (`_zone_basis`); only the reservations change from one review of the shape to the next.
@@ -56,6 +59,9 @@ class Shape:
     # (strictness, suspended) of the decisions made on this shape that read nothing but the above and the
     # reservations (no DRA devices to resolve, no NVLink cliques): another one costs microseconds (`is_warm`).
     warm: set[tuple[bool, bool]] = field(default_factory=set)
+    # `warnings_for`, with how many replicas the checker had truncated when it was worked out (`truncated`
+    # only gains entries, one per replica key: flows.py `_enumerate`); the rest it reads is the snapshot's.
+    warnings: tuple[int, tuple[str, ...]] | None = None
 
 
 def mark_warm(run: Run, group: JobGroup) -> None:
@@ -146,23 +152,28 @@ def start_run(
 def _run(group: JobGroup, snapshot: Snapshot, settings: Settings, *, strict: bool, reserved: ledger.Reserved | None,
          suspended: bool, devices: Devices, shape_key: memo.DecisionKey | None = None) -> Run:
     """`start_run` for a group whose devices are resolved already."""
+    shape = memo.per_shape(group, snapshot, settings, lambda: _new_shape(group, snapshot, settings), key=shape_key)
+    if reserved is None:
+        reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
+    return Run(group, snapshot, settings, strict, shape.index, shape, reserved, suspended, devices.problems, devices)
+
+
+def _new_shape(group: JobGroup, snapshot: Snapshot, settings: Settings) -> Shape:
     index = capacity.zone_index(snapshot, zone_label=settings.zone_label, gpu_resources=settings.gpu_resources,
-                        gpu_device_classes=settings.gpu_device_classes)
+                                gpu_device_classes=settings.gpu_device_classes)
     agent = policy.snapshot_agent(snapshot, settings.cilium_version, settings.explicit_policy_enforcement())
     # NB: the checker is kept in the snapshot's own memo, so it refers to the snapshot weakly: a strong
     # reference would be a cycle, and a replaced snapshot would wait for a full collection (the server
     # freezes the heap after each publish: app/http/app.py settle_heap) instead of going at once.
-    shape = memo.per_shape(group, snapshot, settings, lambda: Shape(FlowChecker(
+    checker = FlowChecker(
         group=group,
         snapshot=weakref.proxy(snapshot),
         enforcement=cast(PolicyEnforcement, agent.policy_enforcement),
         mentioned=policy.label_keys_mentioned(snapshot),
         index_values_limit=settings.limits.policy_index_values_per_job,
         agent=agent,
-    )), key=shape_key)
-    if reserved is None:
-        reserved = ledger.reserved_for(snapshot, gpu_resources=settings.gpu_resources, job=job_key(group))
-    return Run(group, snapshot, settings, strict, index, shape, reserved, suspended, devices.problems, devices)
+    )
+    return Shape(checker, index)
 
 
 def fit_zones(run: Run) -> tuple[zones.ZoneFit, ...]:
@@ -195,9 +206,9 @@ def gpus_needed(group: JobGroup) -> int:
     return sum(r.count * r.gpus_per_pod for r in group.replicas)
 
 
-@dataclass(frozen=True)
-class CapacityFit:
-    """How the group's GPUs fit one zone: now, once running work ends, or never."""
+class CapacityFit(NamedTuple):
+    """How the group's GPUs fit one zone: now, once running work ends, or never. (A named tuple: one is made
+    per zone and review, and a frozen dataclass's __init__ sets each field through object.__setattr__.)"""
 
     state: str  # "now" | "wait" | "never" ("" when a replica cannot run in the zone at all)
     reserved: int  # GPUs of the group's kinds that admitted jobs reserve in the zone
@@ -265,7 +276,11 @@ def fit_capacity(run: Run, fit: zones.ZoneFit) -> CapacityFit:
     is the shape's (`_capacity_basis`).
     """
     basis = _capacity_basis(run, fit)
-    reserved = run.reserved.in_zone(fit.zone, basis.kinds)
+    return _fit_capacity(run, fit, basis, run.reserved.in_zone(fit.zone, basis.kinds))
+
+
+def _fit_capacity(run: Run, fit: zones.ZoneFit, basis: _CapacityBasis, reserved: int) -> CapacityFit:
+    """`fit_capacity` with `reserved`, the GPUs of the group's kinds reserved in the zone."""
     if not basis.head:
         return CapacityFit("now", reserved, "")
     if basis.never:
@@ -327,6 +342,7 @@ class _ZoneBasis:
     checks: tuple[FlowCheck, ...]
     network: str
     flow_problems: tuple[str, ...]  # the flows not allowed, and the label hints of a blocked zone
+    sorted_problems: tuple[str, ...]  # the same, sorted: the row's problems when the group fits the zone
     placement_problems: tuple[str, ...]  # the fit's: a replica that cannot run in the zone
     needed: int  # GPUs the whole group asks for
     # The row when it does not depend on the reservations at all (a replica cannot run here), else None.
@@ -345,7 +361,7 @@ def _zone_basis(run: Run, fit: zones.ZoneFit) -> _ZoneBasis:
         problems += _static_label_hints(run, fit.zone, overrides)
     placement = fit.problems
     needed = gpus_needed(run.group)
-    basis = _ZoneBasis(fit, tuple(checks), network, tuple(problems), placement, needed, None)
+    basis = _ZoneBasis(fit, tuple(checks), network, tuple(problems), tuple(sorted(problems)), placement, needed, None)
     if placement:
         basis = dataclasses.replace(basis, fixed=_row(basis, CapacityFit("", 0, ""), placement))
     run.shape.rows[key] = basis
@@ -357,8 +373,43 @@ def report_zone(run: Run, fit: zones.ZoneFit) -> ZoneReport:
     basis = _zone_basis(run, fit)
     if basis.fixed is not None:
         return basis.fixed
-    cap = fit_capacity(run, fit)
+    capacity_basis = _capacity_basis(run, fit)
+    return _report(run, basis, capacity_basis, run.reserved.in_zone(fit.zone, capacity_basis.kinds))
+
+
+def _report(run: Run, basis: _ZoneBasis, capacity_basis: _CapacityBasis, reserved: int) -> ZoneReport:
+    """`report_zone` of a zone the group can run in, from its bases, with `reserved` GPUs of its kinds reserved."""
+    cap = _fit_capacity(run, basis.fit, capacity_basis, reserved)
     return _row(basis, cap, () if _takes(run, cap) else (cap.text,))
+
+
+class _Candidate:
+    """A candidate zone of a plan, for the reviews of one suspension state: its bases and the last row made.
+
+    The row and its rank read nothing a review changes but the GPUs reserved in the zone (the rest is the
+    plan's; the run's settings and suspension are the plan's key), so they are made again only when those
+    differ from the last row's. A burst admits into one zone at a time: the other zones' rows repeat.
+    """
+
+    __slots__ = ("basis", "capacity", "last")
+
+    def __init__(self, basis: _ZoneBasis, capacity: _CapacityBasis | None) -> None:
+        self.basis = basis
+        self.capacity = capacity  # None: the row is `basis.fixed`
+        # (GPUs reserved, the row made with them, its `rank_key`)
+        self.last: tuple[int, ZoneReport, RankKey] | None = None
+
+    def report(self, run: Run) -> tuple[ZoneReport, RankKey | None]:
+        """The zone's row for the run, and its rank (None for a `fixed` row, which is never eligible)."""
+        capacity = self.capacity
+        if capacity is None:
+            return cast(ZoneReport, self.basis.fixed), None
+        reserved = run.reserved.in_zone(self.basis.fit.zone, capacity.kinds)
+        last = self.last  # NB: read once; another review may replace it meanwhile
+        if last is None or last[0] != reserved:
+            made = _report(run, self.basis, capacity, reserved)
+            last = self.last = (reserved, made, rank_key(made, run.settings.zone_strategy, suspended=run.suspended))
+        return last[1], last[2]
 
 
 def _row(basis: _ZoneBasis, cap: CapacityFit, problems: tuple[str, ...]) -> ZoneReport:
@@ -373,7 +424,7 @@ def _row(basis: _ZoneBasis, cap: CapacityFit, problems: tuple[str, ...]) -> Zone
         fits=fits,
         network=network,
         flows=basis.checks,
-        problems=tuple(sorted((*problems, *basis.flow_problems))),
+        problems=tuple(sorted((*problems, *basis.flow_problems))) if problems else basis.sorted_problems,
         eligible=fits and network == "allow",
         capacity=cap.state,
         gpus_allocatable=fit.gpus_allocatable,
@@ -411,24 +462,56 @@ def conflict_reason(run: Run, fits: Sequence[zones.ZoneFit]) -> str:
     return zones.describe_conflict(run.group, zones_of, run.settings.zone_label)
 
 
-def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> tuple[int, int | Fraction, str]:
+class _Share:
+    """`num / den` (den > 0), compared exactly by cross-multiplying: what `rank_key` falls back on when two
+    shares round to the same float. (A Fraction would do, but it normalizes by a gcd when made, and a
+    burst of waiting jobs ranks every zone of every review by it.)"""
+
+    __slots__ = ("den", "num")
+
+    def __init__(self, num: int, den: int) -> None:
+        self.num, self.den = num, den
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Share):
+            return NotImplemented
+        return self.num * other.den == other.num * self.den
+
+    def __lt__(self, other: _Share) -> bool:
+        return self.num * other.den < other.num * self.den
+
+    def __gt__(self, other: _Share) -> bool:
+        return self.num * other.den > other.num * self.den
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+RankKey = tuple[int, float, "_Share | int", str]
+
+
+def rank_key(report: ZoneReport, strategy: str, *, suspended: bool = False) -> RankKey:
     """Order of the eligible zones, best first: fits now before waits; among zones that fit now the
     strategy (`most-free` or `binpack` on free GPUs less reservations); among zones where the job
     waits, the most free relative to the zone's size: free less reservations (below zero once
     admitted jobs wait) over allocatable, so a burst of waiting jobs spreads over the zones in
     proportion to their GPUs and each zone's backlog drains in about the same time. A suspended job
-    ranks by allocatable GPUs."""
+    ranks by allocatable GPUs.
+
+    The share is exact: ranked by the float quotient (correctly rounded, so a smaller float is a smaller
+    share), and by the share itself only where two floats are equal (`_Share`).
+    """
     if suspended:
         size = report.gpus_allocatable
-        return (0, size if strategy == "binpack" else -size, report.zone)
+        return (0, size if strategy == "binpack" else -size, 0, report.zone)
     value = report.gpus_free - report.gpus_reserved
     if report.capacity == "now":
-        return (0, value if strategy == "binpack" else -value, report.zone)
-    return (1, -Fraction(value, max(report.gpus_allocatable, 1)), report.zone)
-
-
-def _choose(reports: Sequence[ZoneReport], strategy: str, *, suspended: bool = False) -> ZoneReport:
-    return min(reports, key=lambda r: rank_key(r, strategy, suspended=suspended))
+        return (0, value if strategy == "binpack" else -value, 0, report.zone)
+    size = max(report.gpus_allocatable, 1)
+    try:
+        share = -value / size
+    except OverflowError:  # beyond a float (a snapshot can say anything): infinity, and `_Share` decides
+        share = math.inf if value < 0 else -math.inf
+    return (1, share, _Share(-value, size), report.zone)
 
 
 def _tolerations(
@@ -445,7 +528,12 @@ def _tolerations(
 
 
 def warnings_for(run: Run) -> tuple[str, ...]:
-    """What the caller should know even when a zone was chosen (partial enumeration, missing kinds)."""
+    """What the caller should know even when a zone was chosen (partial enumeration, missing kinds); worked
+    out again only when the checker has truncated another replica since (`Shape.warnings`)."""
+    truncated = len(run.checker.truncated)  # NB: read before the warnings, so a later entry is never missed
+    known = run.shape.warnings
+    if known is not None and known[0] == truncated:
+        return known[1]
     out = []
     out += [run.checker.truncated[key] for key in sorted(run.checker.truncated)]
     if run.snapshot.missing_kinds:
@@ -454,7 +542,9 @@ def warnings_for(run: Run) -> tuple[str, ...]:
     if run.checker.agent is not None and run.checker.agent.audit_mode:
         out.append("the Cilium agent runs in policy audit mode (cilium-config policy-audit-mode=true): flows its "
                    "policies would deny are only logged, so they count as allowed here")
-    return tuple(out)
+    found = tuple(out)
+    run.shape.warnings = (truncated, found)
+    return found
 
 
 def unreadable_gpus(snapshot: Snapshot, gpu_resources: Sequence[str]) -> list[str]:
@@ -532,7 +622,7 @@ def decide_fresh(
                     shape_key=shape_key)
     if run.devices is not None and run.devices.domain and not run.problems:
         return lead.with_lead(group, _decide_clique(run))
-    decision = lead.with_lead(group, _decide(run))
+    decision = _decide(run)
     mark_warm(run, group)
     return decision
 
@@ -578,12 +668,12 @@ def _decide_clique(run: Run) -> Decision:
     assert devices is not None
     label, pinned = run.settings.clique_label, devices.domain_replicas
     cliques = _cliques(run)
-    best: tuple[tuple[int, int | Fraction, str], Decision, str] | None = None
+    best: tuple[RankKey, Decision, str] | None = None
     for zone, clique, _ in cliques:
         group = dataclasses.replace(run.group, replicas=tuple(
             _in_clique(r, label, clique, devices.domain_uid) if r.key in pinned else r for r in run.group.replicas))
         sub = _run(group, run.snapshot, run.settings, strict=run.strict, reserved=run.reserved,
-                   suspended=run.suspended, devices=dataclasses.replace(devices, group=group))
+                   suspended=run.suspended, devices=devices._replace(group=group))
         decision = _decide(sub)
         if not decision.allowed or decision.zone != zone:
             continue
@@ -617,6 +707,10 @@ class _Plan:
     conflict: str
     # Tolerations per tuple of zones the pods may spread over (one or two tuples per shape in practice).
     tolerations: dict[tuple[str, ...], dict[str, tuple[Mapping[str, Any], ...]]] = field(default_factory=dict)
+    # Per suspended: the candidates with their bases (`_candidates`), so a review does not look them up zone by zone.
+    rows: dict[bool, tuple[_Candidate, ...]] = field(default_factory=dict)
+    # Per (chosen zone, its capacity state): the summary (`summarize` reads nothing else that a review changes).
+    summaries: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def _plan(run: Run) -> _Plan:
@@ -634,16 +728,30 @@ def _plan(run: Run) -> _Plan:
     return plan
 
 
+def _candidates(run: Run, plan: _Plan) -> tuple[_Candidate, ...]:
+    """The plan's candidates for the run's suspension state, in order, with their bases."""
+    found = plan.rows.get(run.suspended)
+    if found is None:
+        rows = []
+        for fit in plan.candidates:
+            basis = _zone_basis(run, fit)
+            rows.append(_Candidate(basis, None if basis.fixed is not None else _capacity_basis(run, fit)))
+        found = plan.rows[run.suspended] = tuple(rows)
+    return found
+
+
 def _decide(run: Run) -> Decision:
-    settings, suspended = run.settings, run.suspended
+    """The decision with its lead (engine/lead.py); only the reservations are read when the shape's plan is known."""
+    settings = run.settings
     if run.problems:
         unjudged = tuple(f"cannot judge where its GPUs are: {p}" for p in run.problems)
-        return Decision(False, None, (), unjudged, warnings=warnings_for(run), summary=summarize(None, run, ()))
+        return lead.with_lead(run.group, Decision(False, None, (), unjudged, warnings=warnings_for(run),
+                                                  summary=summarize(None, run, ())))
     plan = _plan(run)
     fits, candidates, excluded, conflict = plan.fits, plan.candidates, plan.excluded, plan.conflict
     if not candidates:
         reasons = {*_no_candidates(run, fits), *([conflict] if conflict else [])}
-        return Decision(
+        return lead.with_lead(run.group, Decision(
             False,
             None,
             (),
@@ -652,12 +760,14 @@ def _decide(run: Run) -> Decision:
             summary=summarize(None, run, ()),
             excluded_zones=excluded,
             split=bool(conflict),
-        )
-    reports = tuple(report_zone(run, f) for f in candidates)
-    eligible = [r for r in reports if r.eligible]
+        ))
+    made = [candidate.report(run) for candidate in _candidates(run, plan)]
+    reports = tuple([report for report, _ in made])
+    # (rank, row) of the eligible rows: the least rank is the chosen zone (ranks end with the zone: no two tie)
+    eligible = [(rank, report) for report, rank in made if report.eligible]
     if not eligible:
         reasons = {*zone_reasons(reports), *([conflict] if conflict else [])}
-        return Decision(
+        return lead.with_lead(run.group, Decision(
             False,
             None,
             reports,
@@ -666,16 +776,23 @@ def _decide(run: Run) -> Decision:
             summary=summarize(None, run, ()),
             excluded_zones=excluded,
             split=bool(conflict),
-        )
-    chosen = _choose(eligible, settings.zone_strategy, suspended=suspended)
-    open_zones = tuple(sorted(r.zone for r in eligible))
+        ))
+    chosen = min(eligible)[1]
     if settings.zone_identity_label:
         # Pods carry the chosen zone's identity label, so only that zone is open for them.
-        open_zones = (chosen.zone,)
+        open_zones: tuple[str, ...] = (chosen.zone,)
+    else:
+        open_zones = tuple(sorted([r.zone for _, r in eligible]))
     spread_over = open_zones if settings.mode == "colocate" else (chosen.zone,)
     tolerations = plan.tolerations.get(spread_over)
     if tolerations is None:
         tolerations = plan.tolerations[spread_over] = _tolerations(run, {f.zone: f for f in fits}, spread_over)
+    summary = plan.summaries.get((chosen.zone, chosen.capacity))
+    if summary is None:
+        summary = plan.summaries[(chosen.zone, chosen.capacity)] = summarize(
+            chosen.zone, run, chosen.flows, capacity_state=chosen.capacity)
+    # NB: built once, its lead with it (`lead.admitted` is what `lead_for` says of an admitted job): a
+    # `dataclasses.replace` afterwards would run __init__ again through the fields' introspection.
     return Decision(
         allowed=True,
         zone=chosen.zone,
@@ -685,7 +802,8 @@ def _decide(run: Run) -> Decision:
         labels={settings.zone_identity_label: chosen.zone} if settings.zone_identity_label else {},
         open_zones=open_zones,
         warnings=capacity_warnings(chosen, run) + warnings_for(run),
-        summary=summarize(chosen.zone, run, chosen.flows, capacity_state=chosen.capacity),
+        summary=summary,
         excluded_zones=excluded,
         capacity=chosen.capacity,
+        lead=lead.admitted(run.group, chosen.zone, chosen, chosen.capacity, open_zones),
     )

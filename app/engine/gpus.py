@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from app.engine import devices
 from app.models.cluster import IdentityMemo, Snapshot, canonical
@@ -64,9 +64,9 @@ def dra_key(inventory: devices.DeviceInventory, resource: str) -> str:
     return inventory.key(mapped) if mapped in inventory.gpu_classes else ""
 
 
-@dataclass(frozen=True)
-class Devices:
-    """A group as `with_devices` resolves it."""
+class Devices(NamedTuple):
+    """A group as `with_devices` resolves it. (A named tuple: one is made per decision, most often for a group
+    with nothing to resolve, and a frozen dataclass's __init__ sets each field through object.__setattr__.)"""
 
     group: JobGroup
     problems: tuple[str, ...] = ()

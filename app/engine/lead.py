@@ -219,17 +219,24 @@ def lead_for(group: JobGroup, decision: Decision) -> tuple[str, tuple[str, ...]]
 
 
 def _admitted(group: JobGroup, decision: Decision) -> str:
+    chosen = None if decision.zone is None else next((r for r in decision.zones if r.zone == decision.zone), None)
+    return admitted(group, decision.zone, chosen, decision.capacity, decision.open_zones)
+
+
+def admitted(group: JobGroup, zone: str | None, chosen: ZoneReport | None, capacity: str,
+             open_zones: Sequence[str]) -> str:
+    """The lead of an admitted job (what `lead_for` says of it), from the decision's parts: `chosen` is the
+    chosen zone's report (None when the decision has none). The decision being built need not exist yet."""
     flows = len(group.flows)
-    if decision.zone is None:
-        return f"The job as written stays in zones whose paths are open ({', '.join(decision.open_zones)})"
-    chosen = next((r for r in decision.zones if r.zone == decision.zone), None)
+    if zone is None:
+        return f"The job as written stays in zones whose paths are open ({', '.join(open_zones)})"
     if chosen is None:
-        return f"The job goes to {decision.zone}"
+        return f"The job goes to {zone}"
     open_text = f"all {flows} required flows are open there" if flows else "it needs no network path"
-    if decision.capacity == "wait":
-        return (f"The job goes to {decision.zone} and waits Pending for GPUs there: {open_text}, "
+    if capacity == "wait":
+        return (f"The job goes to {zone} and waits Pending for GPUs there: {open_text}, "
                 f"but {chosen.capacity_note or 'its GPUs are busy'}")
-    return (f"The job goes to {decision.zone}: {open_text} and {chosen.gpus_free - chosen.gpus_reserved} "
+    return (f"The job goes to {zone}: {open_text} and {chosen.gpus_free - chosen.gpus_reserved} "
             f"free GPUs cover the {chosen.gpus_needed} it needs")
 
 

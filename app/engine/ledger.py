@@ -34,6 +34,7 @@ from app.models.cluster import IdentityMemo, JobInfo, PodInfo, Snapshot, add_cou
 from app.models.labels import KF_OPERATOR_NAME
 
 LEDGER_MEMO_KEY = "engine.ledger"
+LEDGER_BY_SETTING_MEMO_KEY = f"{LEDGER_MEMO_KEY}/by-setting"  # (`ledger_of`)
 
 JobKey = tuple[str, str, str]  # (kind, namespace, name)
 
@@ -259,6 +260,21 @@ def stored_jobs(snapshot: Snapshot) -> frozenset[JobKey]:
 
 def ledger_of(snapshot: Snapshot, *, gpu_resources: Sequence[str]) -> Ledger:
     """The memoised `build_ledger` of this snapshot (`gpuResources` resolved by `gpus.gpu_kinds`)."""
+    # NB: found by the setting as given first: every review asks, and resolving the names (`gpu_kinds`, an
+    # identity memo over the nodes) and spelling the memo key cost more than the lookup.
+    setting = gpu_resources if isinstance(gpu_resources, tuple) else tuple(gpu_resources)
+    by_setting = snapshot.memo(LEDGER_BY_SETTING_MEMO_KEY, _by_setting)
+    found = by_setting.get(setting)
+    if found is None:
+        found = by_setting[setting] = _ledger_of(snapshot, setting)
+    return found
+
+
+def _by_setting(_: Snapshot) -> dict[tuple[str, ...], Ledger]:
+    return {}
+
+
+def _ledger_of(snapshot: Snapshot, gpu_resources: Sequence[str]) -> Ledger:
     gpu_resources = gpu_kinds(snapshot, gpu_resources)
     key = f"{LEDGER_MEMO_KEY}/{','.join(gpu_resources)}"
     return snapshot.memo(key, lambda s: build_ledger(s, gpu_resources=gpu_resources))
@@ -270,11 +286,15 @@ TotalsForm = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 
 def _form(totals: ZoneTotals) -> TotalsForm:
     """Plain, hashable form of per-zone totals (zero entries left out), for a decision's memo key."""
-    return tuple(
-        (zone, tuple(sorted((r, n) for r, n in per.items() if n)))
-        for zone, per in sorted(totals.items())
-        if any(per.values())
-    )
+    form = []
+    for zone in sorted(totals):  # NB: loops, not comprehensions (each a call in 3.11): once per review
+        held = []
+        for item in totals[zone].items():  # (resource, GPUs)
+            if item[1]:
+                held.append(item)
+        if held:
+            form.append((zone, tuple(held) if len(held) == 1 else tuple(sorted(held))))
+    return tuple(form)
 
 
 @dataclass(frozen=True)
@@ -289,7 +309,11 @@ class Reserved:
 
     def in_zone(self, zone: str, resources: Iterable[str]) -> int:
         per = self.by_zone.get(zone)
-        return sum(per.get(r, 0) for r in resources) if per else 0
+        total = 0
+        if per:
+            for r in resources:  # NB: a loop, not sum() over a generator: called per zone and review
+                total += per.get(r, 0)
+        return total
 
 
 def reserved_for(
@@ -307,13 +331,19 @@ def reserved_for(
     flying: TotalsForm = _form(in_flight) if in_flight else ()
     if own is None and not flying:
         return Reserved(ledger.by_zone)
-    totals = {z: dict(per) for z, per in ledger.by_zone.items()}
+    # Only the zones the job's own hold or the in-flight totals change are copied; the others stay the ledger's.
+    # (Each copy is made here and never handed out but read-only, so it is wrapped, not copied again by freeze.)
+    totals: dict[str, Mapping[str, int]] = dict(ledger.by_zone)
     if own is not None:
+        per = dict(totals[own.zone])
         for resource, count in own.gpus.items():
-            totals[own.zone][resource] -= count
+            per[resource] -= count
+        totals[own.zone] = MappingProxyType(per)
     for zone, held in flying:
-        per = totals.setdefault(zone, {})
+        stored = totals.get(zone)
+        per = dict(stored) if stored else {}
         for resource, count in held:
             if resource in gpu_resources:
                 per[resource] = per.get(resource, 0) + count
-    return Reserved(freeze({z: freeze(per) for z, per in totals.items()}), (own.form() if own else None, flying))
+        totals[zone] = MappingProxyType(per)
+    return Reserved(MappingProxyType(totals), (own.form() if own else None, flying))

@@ -196,3 +196,19 @@ def test_a_snapshot_with_decisions_is_freed_without_a_collection() -> None:
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_the_memo_keeps_the_newest_decisions_and_drops_the_oldest_first() -> None:
+    decisions = memo.DecisionMemo(size=3)
+    keys = [memo.DecisionKey(("decide", i), i) for i in range(5)]
+    made = [engine.decide(_torch(f"j{i}"), SNAPSHOT, Settings()) for i in range(5)]
+    for key, decision in zip(keys[:3], made[:3], strict=True):
+        decisions.put(key, decision)
+    decisions.put(keys[0], made[0])  # kept again: nothing goes
+    assert [decisions.get(k) for k in keys[:3]] == made[:3]
+
+    decisions.put(keys[3], made[3])
+    decisions.put(keys[4], made[4])
+
+    assert len(decisions) == 3
+    assert [decisions.get(k) for k in keys] == [None, None, *made[2:]]
