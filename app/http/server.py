@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import h11
 import uvicorn
@@ -218,7 +218,12 @@ class GuardedProtocol(H11Protocol):
         self._watch_head()
 
     def handle_events(self) -> None:
+        before = self.cycle
         super().handle_events()
+        cycle = self.cycle
+        if cycle is not None and cycle is not before:  # a request just began: its answer goes out in one write
+            # NB: duck-typed: all but write and close is the transport's own (_OneWriteAnswer.__getattr__).
+            cycle.transport = cast(asyncio.Transport, _OneWriteAnswer(self.transport, cycle))
         if self.retired:
             self._answer_with_close()
 
@@ -283,6 +288,44 @@ class GuardedProtocol(H11Protocol):
         self.conn.send(h11.ConnectionClosed())
         self.transport.close()
         return True
+
+
+class _OneWriteAnswer:
+    """The connection as one request's cycle writes to it: the answer's head is held back and written with the
+    first bytes of its body.
+
+    uvicorn's h11 cycle writes the head on `http.response.start` and the body on `http.response.body`, so every
+    answer cost two TLS records, two send(2) calls and two reads for the client (the apiserver) before it has the
+    whole answer; here it is one of each. Writes before the answer starts (a `100 Continue`) pass at once, as do
+    those after the first body bytes (a streamed body's next chunks); a head still held goes out before a close,
+    and `abort` drops it with the connection. Everything else is the transport's own.
+    """
+
+    __slots__ = ("_cycle", "_head", "_transport", "_waiting")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._head: bytes | None = None
+        self._waiting = True  # for the answer's head (the first write once the answer has started)
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        elif self._waiting and self._cycle.response_started:
+            self._waiting = False
+            self._head = data
+            return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def raise_fd_limit(max_connections: int) -> int:

@@ -222,3 +222,38 @@ def test_accept_errors_at_the_fd_limit_are_logged_once_per_interval(tmp_path: Pa
     assert 1 <= len(accept) <= 3, accept
     assert sum(line["count"] for line in accept) == accept[-1]["total"] > len(accept)  # many, counted
     assert [line for line in lines if line["logger"] == "asyncio"] == []
+
+
+def test_an_answer_comes_in_one_tls_record(server: RunningServer, server_pair: KeyPair) -> None:
+    """The head and the body of an answer go out in one write (app.http.server._OneWriteAnswer): the client's first
+    read, which returns one TLS record at most, has the whole answer."""
+    with tls_connect(server.port, server_pair) as conn:
+        for _ in range(2):  # the first request on the connection, and one kept alive
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: topoguard\r\n\r\n")
+            select.select([conn], [], [], BOUND_SECONDS)
+            time.sleep(0.2)  # whatever the server wrote for this answer has arrived
+            first = conn.recv(65536)
+            head, _, body = first.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length"))
+            assert length > 0 and len(body) == length, first
+
+
+def test_a_client_that_expects_100_continue_gets_it_before_it_sends_the_body(
+    server: RunningServer, server_pair: KeyPair,
+) -> None:
+    """Only the answer's head is held back (with its body): an interim `100 Continue` goes out at once."""
+    body = b'{"not": "a review"}'
+    with tls_connect(server.port, server_pair) as conn:
+        conn.sendall(b"POST /mutate HTTP/1.1\r\nHost: topoguard\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        assert select.select([conn], [], [], BOUND_SECONDS)[0], "no 100 Continue"
+        assert conn.recv(65536).startswith(b"HTTP/1.1 100")
+        conn.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = conn.recv(65536)
+            assert chunk, "closed before answering"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400")  # read, and refused: not an AdmissionReview
