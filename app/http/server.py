@@ -39,6 +39,7 @@ import select
 import socket
 import ssl
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -305,14 +306,16 @@ class _OneWriteAnswer:
 
     def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
         self._transport = transport
-        self._cycle = cycle
+        # NB: weak: the cycle holds this as its transport, and a strong reference back would make every request a
+        # reference cycle that only the garbage collector frees (with the request's scope and everything it holds).
+        self._cycle = weakref.ref(cycle)
         self._head: bytes | None = None
         self._waiting = True  # for the answer's head (the first write once the answer has started)
 
     def write(self, data: bytes) -> None:
         if self._head is not None:
             data, self._head = self._head + data, None
-        elif self._waiting and self._cycle.response_started:
+        elif self._waiting and getattr(self._cycle(), "response_started", False):
             self._waiting = False
             self._head = data
             return
