@@ -28,7 +28,7 @@ from app.cache.store import StaticStore, Store
 from app.config import ConfigError, Settings, load_settings
 from app.engine.whatif import Change, JobImpact
 from app.http import server as http_server
-from app.http.app import create_app, serving_gc
+from app.http.app import create_app
 from app.http.server import SHUTDOWN_GRACE_SECONDS, WebhookServer
 from app.logs import configure_logging
 from app.metrics import Metrics
@@ -159,7 +159,6 @@ def listeners(config: uvicorn.Config, settings: Settings) -> list[socket.socket]
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    serving_gc()
     try:
         settings = load_settings(args.config)
         server = build_server(args, settings)

@@ -84,21 +84,6 @@ def _closing(send: Send) -> Send:
     return wrapped
 
 
-# The collector's thresholds in a serving process (`topoguard serve` sets them; gen 0 by default collects every
-# 700 net allocations, a few times per review). A review leaves almost nothing behind and no reference cycle (a
-# failed reader or decision task used to leave error -> traceback -> frame -> future -> error, with the refused
-# body inside: workers.Workers._run breaks it), so young collections find little garbage: running them every
-# 50,000 allocations instead cuts the one-connection tail and adds a few % throughput (bench/bench_http.py), for a
-# few MB more between collections. bench_adversarial's peak RSS stays ~115 MiB (it was 607-739 MiB with these
-# thresholds while that cycle kept 5 MB bodies for the collector). The snapshot is frozen out of scans (`settle_heap`).
-SERVING_GC_THRESHOLDS = (50_000, 20, 20)
-
-
-def serving_gc() -> None:
-    """Set `SERVING_GC_THRESHOLDS` for this process (a serving process only: it is global)."""
-    gc.set_threshold(*SERVING_GC_THRESHOLDS)
-
-
 def settle_heap(last_full_gc: float, *, now: float | None = None) -> float:
     """Take the objects alive now (the snapshot just published and its indexes) out of the collector's
     scans, so a full collection does not stall the event loop on them. Returns the time of the last
