@@ -27,12 +27,19 @@ def read_job_meta(raw: Mapping[str, Any], namespace: str, errors: list[FieldErro
     admission, so `name` may be empty; adapters then leave name-derived pod labels out rather
     than guess them.
     """
-    metadata = read_mapping(raw.get("metadata"), "metadata", errors)
-    name = read_str(metadata.get("name"), "metadata.name", errors)
-    generate_name = read_str(metadata.get("generateName"), "metadata.generateName", errors)
-    if not metadata.get("name") and not generate_name:
+    metadata = raw.get("metadata")
+    if type(metadata) is not dict:
+        metadata = read_mapping(metadata, "metadata", errors)
+    written = metadata.get("name")
+    name = written if type(written) is str else read_str(written, "metadata.name", errors)
+    generate_name = metadata.get("generateName")
+    if generate_name is not None:
+        generate_name = read_str(generate_name, "metadata.generateName", errors)
+    if not written and not generate_name:
         errors.append(FieldError("metadata.name", "is required"))
-    own_namespace = read_str(metadata.get("namespace"), "metadata.namespace", errors)
+    own_namespace = metadata.get("namespace")
+    if type(own_namespace) is not str:
+        own_namespace = read_str(own_namespace, "metadata.namespace", errors)
     annotations = read_string_map(metadata.get("annotations"), "metadata.annotations", errors)
     return JobMeta(name, own_namespace or namespace, annotations)
 
@@ -66,7 +73,7 @@ def make_replica(
             "role": role,
             "count": count,
             "template_path": template_path,
-            "template": template if is_object(template) else {},
+            "template": template if type(template) is dict or is_object(template) else {},
             "pod_labels": labels,
             "index_label": index_label,
             "gpus": dict(facts.gpus),

@@ -274,18 +274,23 @@ def _read_specs(
         errors.append(FieldError(map_path, "is required and must hold at least one replica type"))
     out: list[_Spec] = []
     seen: dict[str, str] = {}
+    by_folded_name = framework.types_by_folded_name
     for key, value in replica_map.items():
         if not isinstance(key, str) or not key:
             errors.append(FieldError(join_path(map_path, str(key)), "replica type must be a non-empty string"))
             continue
-        canonical = _canonical(key, framework)
+        folded = key.lower()  # keys match case-insensitively; a canonical name folds to its key's folding
+        canonical = by_folded_name.get(folded)
         if canonical is None:
-            if framework.api_version == "kubeflow.org/v2beta1":
+            if framework.open_types:
+                canonical = key
+            elif framework.api_version == "kubeflow.org/v2beta1":
                 continue  # mpi-operator ignores other keys (§2.4): they make no pods
-            expected = ", ".join(framework.replica_types)
-            errors.append(FieldError(join_path(map_path, key), f"unsupported replica type; expected one of {expected}"))
-            continue
-        folded = canonical.lower()
+            else:
+                expected = ", ".join(framework.replica_types)
+                errors.append(FieldError(join_path(map_path, key),
+                                         f"unsupported replica type; expected one of {expected}"))
+                continue
         if folded in seen:
             errors.append(
                 FieldError(
@@ -310,22 +315,16 @@ def _read_spec(
 ) -> _Spec:
     """The replica spec `spec.<map_key>.<key>`."""
     at = (framework.map_path, key)
-    body = read_mapping(value, at, errors)
-    default = framework.default_replicas.get(canonical, 1)
-    count = read_int(body.get("replicas"), (at, "replicas"), errors, default=default)
+    body = value if type(value) is dict else read_mapping(value, at, errors)
+    count = body.get("replicas")
+    if type(count) is not int or count < 0:
+        count = read_int(count, (at, "replicas"), errors, default=framework.default_replicas.get(canonical, 1))
     template = body.get("template")
     if template is None:
         facts = EMPTY_FACTS
     else:
         facts = read_pod_template(template, (at, "template"), errors, gpu_resources=gpu_resources)
     return _Spec(key, canonical, count, template, facts)
-
-
-def _canonical(key: str, framework: Framework) -> str | None:
-    canonical = framework.types_by_folded_name.get(key.lower())
-    if canonical is not None:
-        return canonical
-    return key if framework.open_types else None
 
 
 def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[FieldError]) -> _Spec | None:

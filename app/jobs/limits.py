@@ -97,7 +97,7 @@ def check_group(group: JobGroup, limits: Limits) -> None:
 def replica_map_size(raw: Mapping[str, Any], map_key: str) -> tuple[str, int] | None:
     """(path, entries) of `spec.<map_key>` when it is a map or a list, else None (the adapter words that)."""
     spec = raw.get("spec")
-    value = spec.get(map_key) if isinstance(spec, Mapping) else None
-    if isinstance(value, Mapping | list):
+    value = spec.get(map_key) if type(spec) is dict or isinstance(spec, Mapping) else None
+    if type(value) is dict or isinstance(value, Mapping | list):
         return f"spec.{map_key}", len(value)
     return None
