@@ -62,8 +62,9 @@ def make_replica(
 
     `leader_labels` are carried by pod index 0 only; with a single pod they join `pod_labels`.
     """
+    template_labels, gpus, named_ports, _, service_account, host_network, placement, requests, claims = facts
     leader = dict(leader_labels or {})
-    labels = {**facts.labels, **operator_labels}
+    labels = {**template_labels, **operator_labels}
     if count == 1:
         labels.update(leader)
     return build_record(  # every field, in declaration order (records.py)
@@ -76,16 +77,16 @@ def make_replica(
             "template": template if type(template) is dict or is_object(template) else {},
             "pod_labels": labels,
             "index_label": index_label,
-            "gpus": dict(facts.gpus),
-            "ports": ports if ports is not None else tuple([p.port for p in facts.ports]),
-            "service_account": facts.service_account,
-            "host_network": facts.host_network,
-            "placement": facts.placement,
+            "gpus": dict(gpus),
+            "ports": ports if ports is not None else tuple([p.port for p in named_ports]),
+            "service_account": service_account,
+            "host_network": host_network,
+            "placement": placement,
             "is_coordinator": is_coordinator,
             "leader_labels": leader,
             "seed": {},
-            "requests": dict(facts.requests),
-            "claims": facts.claims,
+            "requests": dict(requests),
+            "claims": claims,
         },
     )
 

@@ -187,7 +187,7 @@ class _Spec(NamedTuple):
 
 
 def parse(
-    raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequence[str], namespace: str,
+    framework: Framework, raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str,
     collective_ports: PortRange,
 ) -> JobGroup:
     """The group of a kubeflow.org replica-map job; raises InvalidJobError listing every bad field.
@@ -199,7 +199,9 @@ def parse(
     """
     errors: list[FieldError] = []
     meta = read_job_meta(raw, namespace, errors)
-    spec = read_mapping(raw.get("spec"), "spec", errors)
+    spec = raw.get("spec")
+    if type(spec) is not dict:
+        spec = read_mapping(spec, "spec", errors)
     specs = _read_specs(spec, framework, errors, gpu_resources=gpu_resources)
     coordinator = _choose_coordinator(specs, framework, errors)
     rendezvous = _read_rendezvous(spec, framework, errors)
@@ -214,10 +216,10 @@ def parse(
     replicas: list[Replica] = []
     members: list[_Member] = []
     for s in specs:
-        pod_ports, port = framework_ports(s.facts, framework)
-        replica = _build_replica(s, framework, meta, group_selector, pod_ports, coordinator, launcher_is_worker)
-        replicas.append(replica)
-        members.append((s.key, s.replicas if s.replicas < 2 else 2, bool(replica.gpus), port))
+        key, _, count, _, facts = s
+        pod_ports, port = framework_ports(facts, framework)
+        replicas.append(_build_replica(s, framework, meta, group_selector, pod_ports, coordinator, launcher_is_worker))
+        members.append((key, count if count < 2 else 2, bool(facts.gpus), port))
     return build_record(
         JobGroup,
         {
@@ -269,8 +271,8 @@ def _read_specs(
 ) -> list[_Spec]:
     map_path = framework.map_path
     raw_map = spec.get(framework.map_key)
-    replica_map = read_mapping(raw_map, map_path, errors)
-    if raw_map is None or (is_object(raw_map) and not raw_map):
+    replica_map = raw_map if type(raw_map) is dict else read_mapping(raw_map, map_path, errors)
+    if not raw_map and (raw_map is None or is_object(raw_map)):
         errors.append(FieldError(map_path, "is required and must hold at least one replica type"))
     out: list[_Spec] = []
     seen: dict[str, str] = {}
@@ -381,24 +383,24 @@ def _build_replica(
     launcher_is_worker: bool,
 ) -> Replica:
     """`operator_labels` are the job's own (`_operator_labels`); `ports` those of `framework_ports`."""
-    is_coordinator = s.key == coordinator.key
-    role = replica_role(framework, s.key, s.canonical, meta.name, operator_labels, template=s.template,
-                        service_account=s.facts.service_account, is_coordinator=is_coordinator,
-                        launcher_is_worker=launcher_is_worker)
-    facts = s.facts
-    if role.service_account != facts.service_account:
-        facts = facts._replace(service_account=role.service_account)
+    key, canonical, count, template, facts = s
+    is_coordinator = key == coordinator.key
+    labels, leader, index_label, service_account = replica_role(
+        framework, key, canonical, meta.name, operator_labels, template=template,
+        service_account=facts.service_account, is_coordinator=is_coordinator, launcher_is_worker=launcher_is_worker)
+    if service_account != facts.service_account:
+        facts = facts._replace(service_account=service_account)
     return make_replica(
-        key=s.key,
-        role=s.key.lower(),
-        count=s.replicas,
-        template_path=f"{framework.map_pointer}/{escape_json_pointer(s.key)}/template",
-        template=s.template,
+        key=key,
+        role=key.lower(),
+        count=count,
+        template_path=f"{framework.map_pointer}/{escape_json_pointer(key)}/template",
+        template=template,
         facts=facts,
-        operator_labels=role.labels,
-        index_label=role.index_label,
+        operator_labels=labels,
+        index_label=index_label,
         is_coordinator=is_coordinator,
-        leader_labels=role.leader,
+        leader_labels=leader,
         ports=ports,
     )
 

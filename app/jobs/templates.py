@@ -10,8 +10,9 @@ usual one: each container is read once; paths are handed down as `LazyPath`s (`(
 tuples) and rendered only for an error message; fields most templates leave out (init containers,
 placement, claims, overhead, the service account) cost one pass over the spec's keys together
 (`_OPTIONAL_POD_FIELDS`); a container's requests are read once per way of asking (`_AMOUNTS`), and
-quantities once per value (`_QUANTITIES`); and dicts (what JSON decoding gives) are recognised by `type(x) is dict` before the slower generic
-`isinstance(x, Mapping)`, which still accepts any other mapping.
+quantities once per value (`_QUANTITIES`); and dicts (what JSON decoding gives) are recognised by
+`type(x) is dict` before the slower generic `isinstance(x, Mapping)`, which still accepts any other
+mapping.
 """
 
 from __future__ import annotations
@@ -172,17 +173,23 @@ def read_pod_spec(
     spec = raw if type(raw) is dict else read_mapping(raw, at, errors)
     is_gpu = gpu_matcher(gpu_resources)
     optional = not _OPTIONAL_POD_FIELDS.isdisjoint(spec)
-    containers = _read_objects_at(spec.get("containers"), (at, "containers"), errors)
-    raw_init = spec.get("initContainers") if optional else None
-    init_containers = [] if raw_init is None else _read_objects_at(raw_init, (at, "initContainers"), errors)
+    containers_at = (at, "containers")
+    containers = spec.get("containers")
+    if type(containers) is not list:
+        containers = read_list(containers, containers_at, errors)
     names: list[str] = []
     ports: list[NamedContainerPort] = []
     running: dict[str, int] = {}
+    name_errors: list[FieldError] = []
     port_errors: list[FieldError] = []
     request_errors: list[FieldError] = []
-    for c_at, c in containers:
+    for i, c in enumerate(containers):
+        if type(c) is not dict and not isinstance(c, Mapping):
+            errors.append(FieldError(render_path((containers_at, i)), f"must be an object, got {type_name(c)}"))
+            continue
+        c_at = (containers_at, i)
         name = c.get("name")
-        names.append(name if type(name) is str else read_str(name, (c_at, "name"), errors))
+        names.append(name if type(name) is str else read_str(name, (c_at, "name"), name_errors))
         if c.get("ports") is not None:
             ports += _read_ports(c, c_at, port_errors)
         resources = c.get("resources")
@@ -192,6 +199,9 @@ def read_pod_spec(
                 _add(running, amounts)
             else:
                 running = amounts  # a dict of its own (`_amounts`)
+    raw_init = spec.get("initContainers") if optional else None
+    init_containers = [] if raw_init is None else _read_objects_at(raw_init, (at, "initContainers"), errors)
+    errors += name_errors  # after the structure of both lists, as always
     errors += port_errors
     service_account = ""
     host_network = False
@@ -410,6 +420,7 @@ def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_reso
 AMOUNTS_MEMO_SIZE = 1024
 _MEMO_SECTION_ENTRIES = 16
 _AMOUNTS: BoundedMemo[tuple[Hashable, ...], dict[str, int]] = BoundedMemo(AMOUNTS_MEMO_SIZE)
+_NO_ENTRIES: dict[str, Any] = {}  # an absent section (read only)
 
 
 def _read_amounts(raw: Any, at: LazyPath, errors: list[FieldError], is_gpu: Callable[[str], bool]) -> dict[str, int]:
@@ -420,11 +431,10 @@ def _read_amounts(raw: Any, at: LazyPath, errors: list[FieldError], is_gpu: Call
     limits, requests = resources.get("limits"), resources.get("requests")
     key: tuple[Hashable, ...] | None = None
     if (limits is None or type(limits) is dict) and (requests is None or type(requests) is dict):
-        key = (is_gpu,
-               () if limits is None else tuple(limits.items()),
-               () if limits is None else tuple(map(type, limits.values())),
-               () if requests is None else tuple(requests.items()),
-               () if requests is None else tuple(map(type, requests.values())))
+        # One flat tuple (the number of limits tells where the requests start): names, values, their types.
+        limits_, requests_ = limits or _NO_ENTRIES, requests or _NO_ENTRIES
+        key = (is_gpu, len(limits_), *limits_, *limits_.values(), *map(type, limits_.values()),
+               *requests_, *requests_.values(), *map(type, requests_.values()))
         try:
             found = _AMOUNTS.get(key)
         except TypeError:  # a value that is a list or an object: no quantity, reported below
@@ -464,7 +474,9 @@ def _pod_requests(
     it, so the pod needs the max of that and the running sum.
     """
     if not init_containers:  # most pods; every amount read is positive (`_amounts`), and so is every sum
-        return dict(sorted(running.items()))
+        names = sorted(running)
+        # `running` is the caller's own; a single container's (limits before requests) is mostly in order already.
+        return running if names == list(running) else {r: running[r] for r in names}
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
     for at, container in init_containers:
