@@ -88,17 +88,12 @@ def read_list(value: Any, at: LazyPath, errors: list[FieldError]) -> Sequence[An
     return []
 
 
-_STR_TYPE = frozenset({str})
-
-
 def read_string_map(value: Any, at: LazyPath, errors: list[FieldError]) -> dict[str, str]:
     """A map of string to string (labels, annotations, nodeSelector)."""
     if value is None:
         return {}
-    if type(value) is dict and {*map(type, value), *map(type, value.values())} <= _STR_TYPE:
-        return dict(value)  # strings only (type by type, without a step per entry): a copy of it
     out: dict[str, str] = {}
-    for key, item in read_mapping(value, at, errors).items():
+    for key, item in (value if type(value) is dict else read_mapping(value, at, errors)).items():
         if not isinstance(key, str) or not isinstance(item, str):
             errors.append(FieldError(render_path((at, str(key))), f"must be a string, got {type_name(item)}"))
             continue
