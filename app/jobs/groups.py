@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError
-from app.jobs.records import build_record
+from app.jobs.records import build_record, build_tuple
 from app.jobs.templates import NamedContainerPort, PodFacts, is_object, read_mapping, read_str, read_string_map
 from app.models.cluster import ContainerPort
 from app.models.job import Replica
@@ -41,7 +41,7 @@ def read_job_meta(raw: Mapping[str, Any], namespace: str, errors: list[FieldErro
     if type(own_namespace) is not str:
         own_namespace = read_str(own_namespace, "metadata.namespace", errors)
     annotations = read_string_map(metadata.get("annotations"), "metadata.annotations", errors)
-    return JobMeta(name, own_namespace or namespace, annotations)
+    return build_tuple(JobMeta, (name, own_namespace or namespace, annotations))
 
 
 def make_replica(

@@ -20,7 +20,7 @@ from app.jobs import flows
 from app.jobs.errors import FieldError, InvalidJobError, join_path
 from app.jobs.groups import JobMeta, find_named_port, make_replica, read_job_meta
 from app.jobs.pointers import build_pointer, escape_json_pointer
-from app.jobs.records import build_record
+from app.jobs.records import build_record, build_tuple
 from app.jobs.templates import EMPTY_FACTS, PodFacts, is_object, read_int, read_mapping, read_pod_template, read_str
 from app.models import labels as L
 from app.models.cluster import BoundedMemo, ContainerPort
@@ -326,7 +326,7 @@ def _read_spec(
         facts = EMPTY_FACTS
     else:
         facts = read_pod_template(template, (at, "template"), errors, gpu_resources=gpu_resources)
-    return _Spec(key, canonical, count, template, facts)
+    return build_tuple(_Spec, (key, canonical, count, template, facts))
 
 
 def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[FieldError]) -> _Spec | None:
@@ -446,7 +446,7 @@ def replica_role(
         if canonical == "Launcher":
             index_label = ""  # the v1 launcher pod has no replica-index label (§2.3)
             service_account = _v1_launcher_account(template, name, service_account)
-    return ReplicaRole(labels, leader, index_label, service_account)
+    return build_tuple(ReplicaRole, (labels, leader, index_label, service_account))
 
 
 def _v1_launcher_account(template: Any, name: str, service_account: str) -> str:

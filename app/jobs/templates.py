@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError, LazyPath, render_path
-from app.jobs.records import build_record
+from app.jobs.records import build_record, build_tuple
 from app.models.cluster import BoundedMemo, ContainerPort
 from app.models.dra import PodClaimRef
 from app.models.job import UserPlacement
@@ -217,7 +217,7 @@ def read_pod_spec(
         _add(requests, _read_amounts({"requests": overhead}, (at, "overhead"), errors, is_gpu))
     placement = read_placement(spec, at, errors) if optional else EMPTY_PLACEMENT
     raw_claims = spec.get("resourceClaims") if optional else None
-    return PodFacts(
+    return build_tuple(PodFacts, (
         labels if labels is not None else {},
         # GPUs by name: `requests` is sorted by name unless the overhead added a resource (`_pod_requests`).
         {r: n for r, n in (requests.items() if overhead is None else sorted(requests.items())) if is_gpu(r)},
@@ -228,7 +228,7 @@ def read_pod_spec(
         placement,
         requests,
         () if raw_claims is None else _read_claims(raw_claims, (at, "resourceClaims"), errors),
-    )
+    ))
 
 
 def read_placement(spec: Mapping[str, Any], at: LazyPath, errors: list[FieldError]) -> UserPlacement:
