@@ -175,6 +175,7 @@ def read_pod_spec(
     names: list[str] = []
     ports: list[NamedContainerPort] = []
     running: dict[str, int] = {}
+    gpus: dict[str, int] | None = {}  # None once more than what one container asks for adds up
     name_errors: list[FieldError] = []
     port_errors: list[FieldError] = []
     request_errors: list[FieldError] = []
@@ -189,11 +190,12 @@ def read_pod_spec(
             ports += _read_ports(c, c_at, port_errors)
         resources = c.get("resources")
         if resources is not None:
-            amounts = _read_amounts(resources, (c_at, "resources"), request_errors, is_gpu)
+            amounts, container_gpus = _read_amounts(resources, (c_at, "resources"), request_errors, is_gpu)
             if running:
                 _add(running, amounts)
-            else:
-                running = amounts  # a dict of its own (`_amounts`)
+                gpus = None
+            else:  # the first container asking for anything: its requests and GPUs are the pod's so far
+                running, gpus = amounts, container_gpus  # dicts of their own (`_read_amounts`)
     raw_init = spec.get("initContainers") if optional else None
     init_containers = [] if raw_init is None else _read_objects_at(raw_init, (at, "initContainers"), errors)
     errors += name_errors  # after the structure of both lists, as always
@@ -214,13 +216,15 @@ def read_pod_spec(
     requests = _pod_requests(running, init_containers, errors, is_gpu)
     overhead = spec.get("overhead") if optional else None
     if overhead is not None:  # RuntimeClass overhead, which the scheduler adds to the pod's requests
-        _add(requests, _read_amounts({"requests": overhead}, (at, "overhead"), errors, is_gpu))
+        _add(requests, _read_amounts({"requests": overhead}, (at, "overhead"), errors, is_gpu)[0])
+    if gpus is None or init_containers or overhead is not None:
+        # GPUs by name: `requests` is sorted by name unless the overhead added a resource (`_pod_requests`).
+        gpus = {r: n for r, n in (requests.items() if overhead is None else sorted(requests.items())) if is_gpu(r)}
     placement = read_placement(spec, at, errors) if optional else EMPTY_PLACEMENT
     raw_claims = spec.get("resourceClaims") if optional else None
     return build_tuple(PodFacts, (
         labels if labels is not None else {},
-        # GPUs by name: `requests` is sorted by name unless the overhead added a resource (`_pod_requests`).
-        {r: n for r, n in (requests.items() if overhead is None else sorted(requests.items())) if is_gpu(r)},
+        gpus,
         tuple(ports),
         tuple(names),
         service_account or DEFAULT_SERVICE_ACCOUNT,
@@ -405,7 +409,7 @@ def _amounts(resources: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> tup
 
 def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> dict[str, int]:
     """A ResourceRequirements' requests per resource (`resource_amounts`), each problem reported at its field."""
-    return _read_amounts(raw, at, errors, gpu_matcher(gpu_resources))
+    return _read_amounts(raw, at, errors, gpu_matcher(gpu_resources))[0]
 
 
 # A container's requests as read (`_amounts`), by what they are read from: its `limits` and `requests` entries as
@@ -414,15 +418,18 @@ def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_reso
 # only sections of a few short entries (`_short`) read without a problem are kept.
 AMOUNTS_MEMO_SIZE = 1024
 _MEMO_SECTION_ENTRIES = 16
-_AMOUNTS: BoundedMemo[tuple[Hashable, ...], dict[str, int]] = BoundedMemo(AMOUNTS_MEMO_SIZE)
+_AMOUNTS: BoundedMemo[tuple[Hashable, ...], tuple[dict[str, int], dict[str, int]]] = BoundedMemo(AMOUNTS_MEMO_SIZE)
 _NO_ENTRIES: dict[str, Any] = {}  # an absent section (read only)
 
 
-def _read_amounts(raw: Any, at: LazyPath, errors: list[FieldError], is_gpu: Callable[[str], bool]) -> dict[str, int]:
-    """`read_resources` with the setting's GPU predicate at hand; the dict returned is a new one."""
+def _read_amounts(
+    raw: Any, at: LazyPath, errors: list[FieldError], is_gpu: Callable[[str], bool]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """`read_resources` with the setting's GPU predicate at hand, and the GPUs among the requests (by name); both
+    dicts returned are new ones."""
     resources = raw if type(raw) is dict else read_mapping(raw, at, errors)
     if not resources:
-        return {}
+        return {}, {}
     limits, requests = resources.get("limits"), resources.get("requests")
     key: tuple[Hashable, ...] | None = None
     if (limits is None or type(limits) is dict) and (requests is None or type(requests) is dict):
@@ -435,7 +442,7 @@ def _read_amounts(raw: Any, at: LazyPath, errors: list[FieldError], is_gpu: Call
         except TypeError:  # a value that is a list or an object: no quantity, reported below
             key = found = None
         if found is not None:
-            return dict(found)
+            return dict(found[0]), dict(found[1])
     amounts, problems = _amounts(resources, is_gpu)
     for problem in problems:
         parts = problem.split("\x00")
@@ -443,9 +450,10 @@ def _read_amounts(raw: Any, at: LazyPath, errors: list[FieldError], is_gpu: Call
         if len(parts) == 3:
             where = (where, parts[1])
         errors.append(FieldError(render_path(where), parts[-1]))
+    gpus = {r: n for r, n in sorted(amounts.items()) if is_gpu(r)}
     if key is not None and not problems and _memoizable(limits) and _memoizable(requests):
-        _AMOUNTS.put(key, dict(amounts))
-    return amounts
+        _AMOUNTS.put(key, (dict(amounts), dict(gpus)))
+    return amounts, gpus
 
 
 def _memoizable(section: dict[Any, Any] | None) -> bool:
@@ -475,7 +483,7 @@ def _pod_requests(
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
     for at, container in init_containers:
-        amounts = _read_amounts(container.get("resources"), (at, "resources"), errors, is_gpu)
+        amounts = _read_amounts(container.get("resources"), (at, "resources"), errors, is_gpu)[0]
         if container.get("restartPolicy") == "Always":
             _add(sidecars, amounts)
             continue
