@@ -414,10 +414,12 @@ def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_reso
 
 # A container's requests as read (`_amounts`), by what they are read from: its `limits` and `requests` entries as
 # written, the types of their values (so `True` and `1.0` never stand for `1`) and the GPU predicate. The
-# containers of one job, and of most jobs, ask alike, and reading one is most of reading its template. Bounded:
-# only sections of a few short entries (`_short`) read without a problem are kept.
+# containers of one job, and of most jobs, ask alike, and reading one is most of reading its template. Bounded
+# (user data): only containers of a few short entries (`_short`, at most 512 characters in all) read without a
+# problem are kept, so the memo holds at most about 1,024 x 512 characters.
 AMOUNTS_MEMO_SIZE = 1024
-_MEMO_SECTION_ENTRIES = 16
+_MEMO_CONTAINER_ENTRIES = 16
+_MEMO_CONTAINER_CHARS = 512
 _AMOUNTS: BoundedMemo[tuple[Hashable, ...], tuple[dict[str, int], dict[str, int]]] = BoundedMemo(AMOUNTS_MEMO_SIZE)
 _NO_ENTRIES: dict[str, Any] = {}  # an absent section (read only)
 
@@ -451,16 +453,21 @@ def _read_amounts(
             where = (where, parts[1])
         errors.append(FieldError(render_path(where), parts[-1]))
     gpus = {r: n for r, n in sorted(amounts.items()) if is_gpu(r)}
-    if key is not None and not problems and _memoizable(limits) and _memoizable(requests):
+    if key is not None and not problems and _memoizable(limits or _NO_ENTRIES, requests or _NO_ENTRIES):
         _AMOUNTS.put(key, (dict(amounts), dict(gpus)))
     return amounts, gpus
 
 
-def _memoizable(section: dict[Any, Any] | None) -> bool:
-    """Whether `_AMOUNTS` may keep a reading of `section`: a few entries, each `_short`."""
-    if section is None:
-        return True
-    return len(section) <= _MEMO_SECTION_ENTRIES and all(_short(name, raw) for name, raw in section.items())
+def _memoizable(*sections: dict[Any, Any]) -> bool:
+    """Whether `_AMOUNTS` may keep a reading of a container's `sections`: a few `_short` entries, a few characters."""
+    entries = chars = 0
+    for section in sections:
+        for name, raw in section.items():
+            if not _short(name, raw):
+                return False
+            entries += 1
+            chars += len(name) + (len(raw) if type(raw) is str else 0)
+    return entries <= _MEMO_CONTAINER_ENTRIES and chars <= _MEMO_CONTAINER_CHARS
 
 
 def _pod_requests(

@@ -145,6 +145,7 @@ CONTAINER_SEQUENCE: list[dict[str, Any]] = [
     {"limits": [], "requests": {"cpu": "1"}},
     {"limits": {"cpu": "1" * 40}},
     {"requests": {f"example.com/r{i}": 1 for i in range(20)}},
+    {"requests": {f"example.com/{'r' * 200}{i}": 1 for i in range(3)}},
 ]
 
 
@@ -174,7 +175,7 @@ def test_memo_of_containers_keeps_only_few_short_entries_read_without_a_problem(
 ) -> None:
     memo = BoundedMemo[Any, Any](templates.AMOUNTS_MEMO_SIZE)
     monkeypatch.setattr(templates, "_AMOUNTS", memo)
-    for resources in CONTAINER_SEQUENCE[10:]:  # a problem, a long value, too many entries
+    for resources in CONTAINER_SEQUENCE[10:]:  # a problem, a long value, too many entries, too many characters
         read_pod_template(template({"name": "c", "resources": resources}), "t", [], gpu_resources=GPU_RESOURCES)
     assert len(memo) == 0
     read_pod_template(template({"name": "c", "resources": CONTAINER_SEQUENCE[0]}), "t", [], gpu_resources=GPU_RESOURCES)
