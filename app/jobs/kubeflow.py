@@ -257,7 +257,9 @@ def _flows(
     and more (flows.py pairs a replica with itself only then), ask for GPUs, and their ports; with the
     framework's traffic shape and port name, the rendezvous and the collectives' range.
     """
-    key = (framework.shape, framework.port_name, coordinator, rendezvous, members, collective_ports)
+    # The range by its ports: PortRange's own (dataclass) __hash__ is a Python call on every review.
+    key = (framework.shape, framework.port_name, coordinator, rendezvous, members,
+           collective_ports.first, collective_ports.last)
     found = _FLOWS.get(key)
     if found is None:
         ports = {m[0]: m[3] for m in members}
