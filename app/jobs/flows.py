@@ -98,9 +98,10 @@ def collective_ports(raw: Any, default: PortRange) -> tuple[PortRange, list[Fiel
     """The range a job's collectives use: its annotation `topoguard.io/collective-ports` (`40000-40100`)
     when it has one, else `default` (settings `collectivePorts`); an unusable annotation is a FieldError
     naming it. Metadata of the wrong type is left to the adapter's own reader, which reports it."""
-    metadata = raw.get("metadata") if isinstance(raw, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    value = annotations.get(COLLECTIVE_PORTS_ANNOTATION) if isinstance(annotations, Mapping) else None
+    metadata = raw.get("metadata") if type(raw) is dict or isinstance(raw, Mapping) else None
+    annotations = metadata.get("annotations") if type(metadata) is dict or isinstance(metadata, Mapping) else None
+    value = (annotations.get(COLLECTIVE_PORTS_ANNOTATION)
+             if type(annotations) is dict or isinstance(annotations, Mapping) else None)
     if not isinstance(value, str):
         return default, []
     try:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError
-from app.jobs.records import build_record
+from app.jobs.records import build_record, build_tuple
 from app.jobs.templates import NamedContainerPort, PodFacts, is_object, read_mapping, read_str, read_string_map
 from app.models.cluster import ContainerPort
 from app.models.job import Replica
@@ -27,14 +27,21 @@ def read_job_meta(raw: Mapping[str, Any], namespace: str, errors: list[FieldErro
     admission, so `name` may be empty; adapters then leave name-derived pod labels out rather
     than guess them.
     """
-    metadata = read_mapping(raw.get("metadata"), "metadata", errors)
-    name = read_str(metadata.get("name"), "metadata.name", errors)
-    generate_name = read_str(metadata.get("generateName"), "metadata.generateName", errors)
-    if not metadata.get("name") and not generate_name:
+    metadata = raw.get("metadata")
+    if type(metadata) is not dict:
+        metadata = read_mapping(metadata, "metadata", errors)
+    written = metadata.get("name")
+    name = written if type(written) is str else read_str(written, "metadata.name", errors)
+    generate_name = metadata.get("generateName")
+    if generate_name is not None:
+        generate_name = read_str(generate_name, "metadata.generateName", errors)
+    if not written and not generate_name:
         errors.append(FieldError("metadata.name", "is required"))
-    own_namespace = read_str(metadata.get("namespace"), "metadata.namespace", errors)
+    own_namespace = metadata.get("namespace")
+    if type(own_namespace) is not str:
+        own_namespace = read_str(own_namespace, "metadata.namespace", errors)
     annotations = read_string_map(metadata.get("annotations"), "metadata.annotations", errors)
-    return JobMeta(name, own_namespace or namespace, annotations)
+    return build_tuple(JobMeta, (name, own_namespace or namespace, annotations))
 
 
 def make_replica(
@@ -55,8 +62,9 @@ def make_replica(
 
     `leader_labels` are carried by pod index 0 only; with a single pod they join `pod_labels`.
     """
+    template_labels, gpus, named_ports, _, service_account, host_network, placement, requests, claims = facts
     leader = dict(leader_labels or {})
-    labels = {**facts.labels, **operator_labels}
+    labels = {**template_labels, **operator_labels}
     if count == 1:
         labels.update(leader)
     return build_record(  # every field, in declaration order (records.py)
@@ -66,19 +74,19 @@ def make_replica(
             "role": role,
             "count": count,
             "template_path": template_path,
-            "template": template if is_object(template) else {},
+            "template": template if type(template) is dict or is_object(template) else {},
             "pod_labels": labels,
             "index_label": index_label,
-            "gpus": dict(facts.gpus),
-            "ports": ports if ports is not None else tuple([p.port for p in facts.ports]),
-            "service_account": facts.service_account,
-            "host_network": facts.host_network,
-            "placement": facts.placement,
+            "gpus": dict(gpus),
+            "ports": ports if ports is not None else tuple([p.port for p in named_ports]),
+            "service_account": service_account,
+            "host_network": host_network,
+            "placement": placement,
             "is_coordinator": is_coordinator,
             "leader_labels": leader,
             "seed": {},
-            "requests": dict(facts.requests),
-            "claims": facts.claims,
+            "requests": dict(requests),
+            "claims": claims,
         },
     )
 

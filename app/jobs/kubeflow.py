@@ -20,7 +20,7 @@ from app.jobs import flows
 from app.jobs.errors import FieldError, InvalidJobError, join_path
 from app.jobs.groups import JobMeta, find_named_port, make_replica, read_job_meta
 from app.jobs.pointers import build_pointer, escape_json_pointer
-from app.jobs.records import build_record
+from app.jobs.records import build_record, build_tuple
 from app.jobs.templates import EMPTY_FACTS, PodFacts, is_object, read_int, read_mapping, read_pod_template, read_str
 from app.models import labels as L
 from app.models.cluster import BoundedMemo, ContainerPort
@@ -187,7 +187,7 @@ class _Spec(NamedTuple):
 
 
 def parse(
-    raw: Mapping[str, Any], framework: Framework, *, gpu_resources: Sequence[str], namespace: str,
+    framework: Framework, raw: Mapping[str, Any], *, gpu_resources: Sequence[str], namespace: str,
     collective_ports: PortRange,
 ) -> JobGroup:
     """The group of a kubeflow.org replica-map job; raises InvalidJobError listing every bad field.
@@ -199,7 +199,9 @@ def parse(
     """
     errors: list[FieldError] = []
     meta = read_job_meta(raw, namespace, errors)
-    spec = read_mapping(raw.get("spec"), "spec", errors)
+    spec = raw.get("spec")
+    if type(spec) is not dict:
+        spec = read_mapping(spec, "spec", errors)
     specs = _read_specs(spec, framework, errors, gpu_resources=gpu_resources)
     coordinator = _choose_coordinator(specs, framework, errors)
     rendezvous = _read_rendezvous(spec, framework, errors)
@@ -214,10 +216,10 @@ def parse(
     replicas: list[Replica] = []
     members: list[_Member] = []
     for s in specs:
-        pod_ports, port = framework_ports(s.facts, framework)
-        replica = _build_replica(s, framework, meta, group_selector, pod_ports, coordinator, launcher_is_worker)
-        replicas.append(replica)
-        members.append((s.key, s.replicas if s.replicas < 2 else 2, bool(replica.gpus), port))
+        key, _, count, _, facts = s
+        pod_ports, port = framework_ports(facts, framework)
+        replicas.append(_build_replica(s, framework, meta, group_selector, pod_ports, coordinator, launcher_is_worker))
+        members.append((key, count if count < 2 else 2, bool(facts.gpus), port))
     return build_record(
         JobGroup,
         {
@@ -255,7 +257,9 @@ def _flows(
     and more (flows.py pairs a replica with itself only then), ask for GPUs, and their ports; with the
     framework's traffic shape and port name, the rendezvous and the collectives' range.
     """
-    key = (framework.shape, framework.port_name, coordinator, rendezvous, members, collective_ports)
+    # The range by its ports: PortRange's own (dataclass) __hash__ is a Python call on every review.
+    key = (framework.shape, framework.port_name, coordinator, rendezvous, members,
+           collective_ports.first, collective_ports.last)
     found = _FLOWS.get(key)
     if found is None:
         ports = {m[0]: m[3] for m in members}
@@ -269,23 +273,28 @@ def _read_specs(
 ) -> list[_Spec]:
     map_path = framework.map_path
     raw_map = spec.get(framework.map_key)
-    replica_map = read_mapping(raw_map, map_path, errors)
-    if raw_map is None or (is_object(raw_map) and not raw_map):
+    replica_map = raw_map if type(raw_map) is dict else read_mapping(raw_map, map_path, errors)
+    if not raw_map and (raw_map is None or is_object(raw_map)):
         errors.append(FieldError(map_path, "is required and must hold at least one replica type"))
     out: list[_Spec] = []
     seen: dict[str, str] = {}
+    by_folded_name = framework.types_by_folded_name
     for key, value in replica_map.items():
         if not isinstance(key, str) or not key:
             errors.append(FieldError(join_path(map_path, str(key)), "replica type must be a non-empty string"))
             continue
-        canonical = _canonical(key, framework)
+        folded = key.lower()  # keys match case-insensitively; a canonical name folds to its key's folding
+        canonical = by_folded_name.get(folded)
         if canonical is None:
-            if framework.api_version == "kubeflow.org/v2beta1":
+            if framework.open_types:
+                canonical = key
+            elif framework.api_version == "kubeflow.org/v2beta1":
                 continue  # mpi-operator ignores other keys (§2.4): they make no pods
-            expected = ", ".join(framework.replica_types)
-            errors.append(FieldError(join_path(map_path, key), f"unsupported replica type; expected one of {expected}"))
-            continue
-        folded = canonical.lower()
+            else:
+                expected = ", ".join(framework.replica_types)
+                errors.append(FieldError(join_path(map_path, key),
+                                         f"unsupported replica type; expected one of {expected}"))
+                continue
         if folded in seen:
             errors.append(
                 FieldError(
@@ -310,22 +319,16 @@ def _read_spec(
 ) -> _Spec:
     """The replica spec `spec.<map_key>.<key>`."""
     at = (framework.map_path, key)
-    body = read_mapping(value, at, errors)
-    default = framework.default_replicas.get(canonical, 1)
-    count = read_int(body.get("replicas"), (at, "replicas"), errors, default=default)
+    body = value if type(value) is dict else read_mapping(value, at, errors)
+    count = body.get("replicas")
+    if type(count) is not int or count < 0:
+        count = read_int(count, (at, "replicas"), errors, default=framework.default_replicas.get(canonical, 1))
     template = body.get("template")
     if template is None:
         facts = EMPTY_FACTS
     else:
         facts = read_pod_template(template, (at, "template"), errors, gpu_resources=gpu_resources)
-    return _Spec(key, canonical, count, template, facts)
-
-
-def _canonical(key: str, framework: Framework) -> str | None:
-    canonical = framework.types_by_folded_name.get(key.lower())
-    if canonical is not None:
-        return canonical
-    return key if framework.open_types else None
+    return build_tuple(_Spec, (key, canonical, count, template, facts))
 
 
 def _choose_coordinator(specs: list[_Spec], framework: Framework, errors: list[FieldError]) -> _Spec | None:
@@ -382,24 +385,24 @@ def _build_replica(
     launcher_is_worker: bool,
 ) -> Replica:
     """`operator_labels` are the job's own (`_operator_labels`); `ports` those of `framework_ports`."""
-    is_coordinator = s.key == coordinator.key
-    role = replica_role(framework, s.key, s.canonical, meta.name, operator_labels, template=s.template,
-                        service_account=s.facts.service_account, is_coordinator=is_coordinator,
-                        launcher_is_worker=launcher_is_worker)
-    facts = s.facts
-    if role.service_account != facts.service_account:
-        facts = facts._replace(service_account=role.service_account)
+    key, canonical, count, template, facts = s
+    is_coordinator = key == coordinator.key
+    labels, leader, index_label, service_account = replica_role(
+        framework, key, canonical, meta.name, operator_labels, template=template,
+        service_account=facts.service_account, is_coordinator=is_coordinator, launcher_is_worker=launcher_is_worker)
+    if service_account != facts.service_account:
+        facts = facts._replace(service_account=service_account)
     return make_replica(
-        key=s.key,
-        role=s.key.lower(),
-        count=s.replicas,
-        template_path=f"{framework.map_pointer}/{escape_json_pointer(s.key)}/template",
-        template=s.template,
+        key=key,
+        role=key.lower(),
+        count=count,
+        template_path=f"{framework.map_pointer}/{escape_json_pointer(key)}/template",
+        template=template,
         facts=facts,
-        operator_labels=role.labels,
-        index_label=role.index_label,
+        operator_labels=labels,
+        index_label=index_label,
         is_coordinator=is_coordinator,
-        leader_labels=role.leader,
+        leader_labels=leader,
         ports=ports,
     )
 
@@ -445,7 +448,7 @@ def replica_role(
         if canonical == "Launcher":
             index_label = ""  # the v1 launcher pod has no replica-index label (§2.3)
             service_account = _v1_launcher_account(template, name, service_account)
-    return ReplicaRole(labels, leader, index_label, service_account)
+    return build_tuple(ReplicaRole, (labels, leader, index_label, service_account))
 
 
 def _v1_launcher_account(template: Any, name: str, service_account: str) -> str:

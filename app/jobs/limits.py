@@ -67,6 +67,15 @@ def replica_field(replica: Replica) -> str:
 
 def check_group(group: JobGroup, limits: Limits) -> None:
     """Refuse a parsed job whose pod counts pass `limits` (every limit passed, at once)."""
+    total = 0
+    within = len(group.replicas) <= limits.replica_types_per_job
+    per_type, claims_per_pod = limits.pods_per_replica_type, limits.claims_per_pod
+    for replica in group.replicas:  # one pass for the usual job; the errors are then worded limit by limit
+        total += replica.count
+        if replica.count > per_type or len(replica.claims) > claims_per_pod:
+            within = False
+    if within and total <= limits.pods_per_job:
+        return
     errors: list[FieldError] = []
     if len(group.replicas) > limits.replica_types_per_job:
         errors.append(FieldError("spec", (
@@ -85,7 +94,6 @@ def check_group(group: JobGroup, limits: Limits) -> None:
                 f"{len(replica.claims):,} resourceClaims in a {replica.key} pod exceed the limit of "
                 f"{limits.claims_per_pod:,} per pod ({_setting('claims_per_pod')})"
             )))
-    total = sum(r.count for r in group.replicas)
     if total > limits.pods_per_job:
         errors.append(FieldError("spec", (
             f"{total:,} pods exceed the limit of {limits.pods_per_job:,} per job ({_setting('pods_per_job')})"
@@ -97,7 +105,7 @@ def check_group(group: JobGroup, limits: Limits) -> None:
 def replica_map_size(raw: Mapping[str, Any], map_key: str) -> tuple[str, int] | None:
     """(path, entries) of `spec.<map_key>` when it is a map or a list, else None (the adapter words that)."""
     spec = raw.get("spec")
-    value = spec.get(map_key) if isinstance(spec, Mapping) else None
-    if isinstance(value, Mapping | list):
+    value = spec.get(map_key) if type(spec) is dict or isinstance(spec, Mapping) else None
+    if type(value) is dict or isinstance(value, Mapping | list):
         return f"spec.{map_key}", len(value)
     return None

@@ -28,3 +28,10 @@ def build_record(cls: type[R], fields: dict[str, Any]) -> R:
     record = _new(cls)
     record.__dict__.update(fields)
     return record
+
+
+# The NamedTuples internal to app/jobs (PodFacts, JobMeta, ...) are made on the hot path by `build_tuple(cls, values)`:
+# a NamedTuple's own `__new__` is a Python function (namedtuple generates it), and `tuple.__new__` makes the same
+# instance in C at about half the cost (0.16 vs 0.34 us for five fields).
+# NB: `values` must hold every field, defaults included, in declaration order (nothing checks the count).
+build_tuple = tuple.__new__

@@ -23,7 +23,7 @@ FINISHED_CONDITIONS = frozenset({"Succeeded", "Failed", "Completed", "Complete"}
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def _flag(value: Any) -> bool | None:

@@ -8,19 +8,21 @@ errors, never guessed.
 This runs on every admission review, so one reader serves every template and is cheap for the
 usual one: each container is read once; paths are handed down as `LazyPath`s (`(parent, key)`
 tuples) and rendered only for an error message; fields most templates leave out (init containers,
-placement, claims, overhead) cost a lookup; quantities are read once per value (`_quantity`); and
-dicts (what JSON decoding gives) are recognised by `type(x) is dict` before the slower generic
-`isinstance(x, Mapping)`, which still accepts any other mapping.
+placement, claims, overhead, the service account) cost one pass over the spec's keys together
+(`_OPTIONAL_POD_FIELDS`); a container's requests are read once per way of asking (`_AMOUNTS`), and
+quantities once per value (`_QUANTITIES`); and dicts (what JSON decoding gives) are recognised by
+`type(x) is dict` before the slower generic `isinstance(x, Mapping)`, which still accepts any other
+mapping.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
 from app.jobs.errors import FieldError, LazyPath, render_path
-from app.jobs.records import build_record
+from app.jobs.records import build_record, build_tuple
 from app.models.cluster import BoundedMemo, ContainerPort
 from app.models.dra import PodClaimRef
 from app.models.job import UserPlacement
@@ -91,7 +93,7 @@ def read_string_map(value: Any, at: LazyPath, errors: list[FieldError]) -> dict[
     if value is None:
         return {}
     out: dict[str, str] = {}
-    for key, item in read_mapping(value, at, errors).items():
+    for key, item in (value if type(value) is dict else read_mapping(value, at, errors)).items():
         if not isinstance(key, str) or not isinstance(item, str):
             errors.append(FieldError(render_path((at, str(key))), f"must be a string, got {type_name(item)}"))
             continue
@@ -142,6 +144,14 @@ def read_pod_template(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_r
     return read_pod_spec(template.get("spec"), (at, "spec"), errors, gpu_resources=gpu_resources, labels=labels)
 
 
+# The PodSpec fields read besides `containers`, which most templates leave out: a spec holding none of them (one
+# pass over its keys, `isdisjoint`) takes every default without a lookup each.
+_OPTIONAL_POD_FIELDS = frozenset({
+    "initContainers", "serviceAccountName", "serviceAccount", "hostNetwork", "overhead", "nodeSelector", "affinity",
+    "tolerations", "resourceClaims",
+})
+
+
 def read_pod_spec(
     raw: Any,
     at: LazyPath,
@@ -156,44 +166,65 @@ def read_pod_spec(
     by kind all the same (every name, then every port, then every request), as they always were.
     """
     spec = raw if type(raw) is dict else read_mapping(raw, at, errors)
-    containers = _read_objects_at(spec.get("containers"), (at, "containers"), errors)
-    raw_init = spec.get("initContainers")
-    init_containers = [] if raw_init is None else _read_objects_at(raw_init, (at, "initContainers"), errors)
+    is_gpu = gpu_matcher(gpu_resources)
+    optional = not _OPTIONAL_POD_FIELDS.isdisjoint(spec)
+    containers_at = (at, "containers")
+    containers = spec.get("containers")
+    if type(containers) is not list:
+        containers = read_list(containers, containers_at, errors)
     names: list[str] = []
     ports: list[NamedContainerPort] = []
     running: dict[str, int] = {}
+    gpus: dict[str, int] | None = {}  # None once more than what one container asks for adds up
+    name_errors: list[FieldError] = []
     port_errors: list[FieldError] = []
     request_errors: list[FieldError] = []
-    for c_at, c in containers:
+    for i, c in enumerate(containers):
+        if type(c) is not dict and not isinstance(c, Mapping):
+            errors.append(FieldError(render_path((containers_at, i)), f"must be an object, got {type_name(c)}"))
+            continue
+        c_at = (containers_at, i)
         name = c.get("name")
-        names.append(name if type(name) is str else read_str(name, (c_at, "name"), errors))
+        names.append(name if type(name) is str else read_str(name, (c_at, "name"), name_errors))
         if c.get("ports") is not None:
             ports += _read_ports(c, c_at, port_errors)
         resources = c.get("resources")
         if resources is not None:
-            _add(running, read_resources(resources, (c_at, "resources"), request_errors, gpu_resources=gpu_resources))
+            amounts, container_gpus = _read_amounts(resources, (c_at, "resources"), request_errors, is_gpu)
+            if running:
+                _add(running, amounts)
+                gpus = None
+            else:  # the first container asking for anything: its requests and GPUs are the pod's so far
+                running, gpus = amounts, container_gpus  # dicts of their own (`_read_amounts`)
+    raw_init = spec.get("initContainers") if optional else None
+    init_containers = [] if raw_init is None else _read_objects_at(raw_init, (at, "initContainers"), errors)
+    errors += name_errors  # after the structure of both lists, as always
     errors += port_errors
-    service_account = spec.get("serviceAccountName")
-    if type(service_account) is not str:
-        service_account = read_str(service_account, (at, "serviceAccountName"), errors)
-    if not service_account:  # the deprecated alias, still honoured by the apiserver
-        service_account = read_str(spec.get("serviceAccount"), (at, "serviceAccount"), errors)
-    host_network = spec.get("hostNetwork")
-    if host_network is None:
-        host_network = False
-    elif not isinstance(host_network, bool):
-        errors.append(FieldError(render_path((at, "hostNetwork")), f"must be a boolean, got {type_name(host_network)}"))
-        host_network = False
+    service_account = ""
+    host_network = False
+    if optional:
+        written = spec.get("serviceAccountName")
+        service_account = written if type(written) is str else read_str(written, (at, "serviceAccountName"), errors)
+        if not service_account and "serviceAccount" in spec:  # the deprecated alias, still honoured by the apiserver
+            service_account = read_str(spec["serviceAccount"], (at, "serviceAccount"), errors)
+        written = spec.get("hostNetwork")
+        if written is not None and not isinstance(written, bool):
+            errors.append(FieldError(render_path((at, "hostNetwork")), f"must be a boolean, got {type_name(written)}"))
+        else:
+            host_network = written is True
     errors += request_errors
-    requests = _pod_requests(running, init_containers, errors, gpu_resources=gpu_resources)
-    if spec.get("overhead") is not None:  # RuntimeClass overhead, which the scheduler adds to the pod's requests
-        _add(requests, read_resources({"requests": spec.get("overhead")}, (at, "overhead"), errors,
-                                      gpu_resources=gpu_resources))
-    placement = read_placement(spec, at, errors)
-    raw_claims = spec.get("resourceClaims")
-    return PodFacts(
+    requests = _pod_requests(running, init_containers, errors, is_gpu)
+    overhead = spec.get("overhead") if optional else None
+    if overhead is not None:  # RuntimeClass overhead, which the scheduler adds to the pod's requests
+        _add(requests, _read_amounts({"requests": overhead}, (at, "overhead"), errors, is_gpu)[0])
+    if gpus is None or init_containers or overhead is not None:
+        # GPUs by name: `requests` is sorted by name unless the overhead added a resource (`_pod_requests`).
+        gpus = {r: n for r, n in (requests.items() if overhead is None else sorted(requests.items())) if is_gpu(r)}
+    placement = read_placement(spec, at, errors) if optional else EMPTY_PLACEMENT
+    raw_claims = spec.get("resourceClaims") if optional else None
+    return build_tuple(PodFacts, (
         labels if labels is not None else {},
-        _gpus_of(requests, gpu_resources),
+        gpus,
         tuple(ports),
         tuple(names),
         service_account or DEFAULT_SERVICE_ACCOUNT,
@@ -201,7 +232,7 @@ def read_pod_spec(
         placement,
         requests,
         () if raw_claims is None else _read_claims(raw_claims, (at, "resourceClaims"), errors),
-    )
+    ))
 
 
 def read_placement(spec: Mapping[str, Any], at: LazyPath, errors: list[FieldError]) -> UserPlacement:
@@ -209,7 +240,7 @@ def read_placement(spec: Mapping[str, Any], at: LazyPath, errors: list[FieldErro
     raw_selector, affinity, raw_tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
     if raw_selector is None and affinity is None and raw_tolerations is None:  # most templates
         return EMPTY_PLACEMENT
-    node_selector = read_string_map(raw_selector, (at, "nodeSelector"), errors)
+    node_selector = {} if raw_selector is None else read_string_map(raw_selector, (at, "nodeSelector"), errors)
     terms: tuple[Mapping[str, Any], ...] = ()
     if affinity is not None:
         affinity_at = (at, "affinity")
@@ -253,14 +284,20 @@ def is_object(value: Any) -> bool:
 
 def _read_objects(value: Any, at: LazyPath, errors: list[FieldError]) -> tuple[Mapping[str, Any], ...]:
     """The object entries of a list; a non-object entry is an error."""
-    return tuple(item for _, item in _read_objects_at(value, at, errors))
+    if type(value) is list:
+        for item in value:
+            if type(item) is not dict:
+                break
+        else:  # dicts only, as JSON decoding gives them: every entry, as written
+            return tuple(value)
+    return tuple([item for _, item in _read_objects_at(value, at, errors)])
 
 
 def _read_objects_at(value: Any, at: LazyPath, errors: list[FieldError]) -> list[tuple[LazyPath, Mapping[str, Any]]]:
     """(path, entry) for every object entry of a list (containers keep their own index in paths)."""
     out: list[tuple[LazyPath, Mapping[str, Any]]] = []
-    for i, item in enumerate(read_list(value, at, errors)):
-        if is_object(item):
+    for i, item in enumerate(value if type(value) is list else read_list(value, at, errors)):
+        if type(item) is dict or isinstance(item, Mapping):
             out.append(((at, i), item))
         else:
             errors.append(FieldError(render_path((at, i)), f"must be an object, got {type_name(item)}"))
@@ -294,6 +331,15 @@ def _read_ports(container: Mapping[str, Any], at: LazyPath, errors: list[FieldEr
 MAX_QUANTITY = 2**63 - 1
 
 
+# Quantities as read, by (resource name, value as written): the templates of one job, and of most jobs, repeat a
+# few values ("16", "128Gi", 4), and reading one (a regular expression, then Fractions) costs more than the rest of
+# its container. Both are user data: the memo is bounded in entries, and only short ones are kept.
+QUANTITY_MEMO_SIZE = 4096
+_MEMO_NAME_CHARS = 253  # the longest resource name the apiserver takes (a DNS subdomain prefix + name)
+_MEMO_VALUE_CHARS = 32
+_QUANTITIES: BoundedMemo[tuple[str, str | int], tuple[Fraction | None, int]] = BoundedMemo(QUANTITY_MEMO_SIZE)
+
+
 def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str]) -> tuple[dict[str, int], list[str]]:
     """One container's requests per resource as the scheduler reads them, and what is wrong (`section/name: why`).
 
@@ -301,14 +347,31 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
     for GPUs (extended resources, where the two must be equal) the limit wins as before. GPUs must be
     whole numbers.
     """
-    is_gpu = gpu_matcher(gpu_resources)
+    return _amounts(resources, gpu_matcher(gpu_resources))
+
+
+_SECTIONS = ("limits", "requests")  # in this order: a GPU's limit wins over its request
+_INT64 = range(-(2**63), 2**63)
+
+
+def _short(name: Any, raw: Any) -> bool:
+    """Whether a memo may keep a quantity read: a resource name and a short string or an int64 (exact types)."""
+    kind = type(raw)
+    return (type(name) is str and len(name) <= _MEMO_NAME_CHARS
+            and ((kind is str and len(raw) <= _MEMO_VALUE_CHARS) or (kind is int and raw in _INT64)))
+
+
+def _amounts(resources: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> tuple[dict[str, int], list[str]]:
+    """`resource_amounts` with the setting's GPU predicate (`gpu_matcher`) at hand."""
+    memo = _QUANTITIES
     out: dict[str, int] = {}
     problems: list[str] = []
-    for section in ("limits", "requests"):
+    zero = False
+    for section in _SECTIONS:
         values = resources.get(section)
         if values is None:
             continue
-        if not is_object(values):
+        if type(values) is not dict and not isinstance(values, Mapping):
             problems.append(f"{section}\x00must be an object, got {type_name(values)}")
             continue
         for name, raw in values.items():
@@ -318,7 +381,16 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
             gpu = is_gpu(name)
             if gpu and section == "requests" and name in out:
                 continue  # the limit wins
-            amount, units = _quantity(name, raw)
+            # Quantities read are kept per (name, value) (`_QUANTITIES`), for strings and integers only: `True` and
+            # `1.0` equal `1` but are read otherwise, so they are never looked up.
+            kind = type(raw)
+            read = memo.get((name, raw)) if kind is str or kind is int else None
+            if read is None:
+                quantity = parse_quantity(raw)
+                read = (quantity, 0 if quantity is None else scheduler_units(name, quantity))
+                if _short(name, raw):
+                    memo.put((name, raw), read)
+            amount, units = read
             if amount is None or (gpu and amount.denominator != 1):
                 why = ("must be a whole non-negative quantity" if gpu
                        else "must be a non-negative quantity (like 500m, 2Gi)")
@@ -330,63 +402,79 @@ def resource_amounts(resources: Mapping[str, Any], gpu_resources: Sequence[str])
                                 + (f" (at most {MAX_GPUS_PER_CONTAINER} per container)" if gpu else ""))
                 continue
             out[name] = units
-    return {r: n for r, n in out.items() if n > 0}, problems
-
-
-# Quantities as read, by (resource name, value as written): the templates of one job, and of most jobs, repeat a
-# few values ("16", "128Gi", 4), and reading one (a regular expression, then Fractions) costs more than the rest of
-# its container. Both are user data: the memo is bounded in entries, and only short ones are kept.
-QUANTITY_MEMO_SIZE = 4096
-_MEMO_NAME_CHARS = 253  # the longest resource name the apiserver takes (a DNS subdomain prefix + name)
-_MEMO_VALUE_CHARS = 32
-_QUANTITIES: BoundedMemo[tuple[str, str | int], tuple[Fraction | None, int]] = BoundedMemo(QUANTITY_MEMO_SIZE)
-
-
-def _quantity(name: str, raw: Any) -> tuple[Fraction | None, int]:
-    """(`raw` as a quantity or None when it is none, its `scheduler_units` for `name`), kept per name and
-    value for a short string or an int64 (exact types: `True` and `1.0` equal `1` but are read otherwise)."""
-    kind = type(raw)
-    memoized = len(name) <= _MEMO_NAME_CHARS and (
-        (kind is str and len(raw) <= _MEMO_VALUE_CHARS) or (kind is int and -(2**63) <= raw < 2**63)
-    )
-    if memoized:
-        found = _QUANTITIES.get((name, raw))
-        if found is not None:
-            return found
-    amount = parse_quantity(raw)
-    read = (amount, 0 if amount is None else scheduler_units(name, amount))
-    if memoized:
-        _QUANTITIES.put((name, raw), read)
-    return read
+            if units <= 0:
+                zero = True
+    return ({r: n for r, n in out.items() if n > 0} if zero else out), problems
 
 
 def read_resources(raw: Any, at: LazyPath, errors: list[FieldError], *, gpu_resources: Sequence[str]) -> dict[str, int]:
     """A ResourceRequirements' requests per resource (`resource_amounts`), each problem reported at its field."""
-    resources = read_mapping(raw, at, errors)
+    return _read_amounts(raw, at, errors, gpu_matcher(gpu_resources))[0]
+
+
+# A container's requests as read (`_amounts`), by what they are read from: its `limits` and `requests` entries as
+# written, the types of their values (so `True` and `1.0` never stand for `1`) and the GPU predicate. The
+# containers of one job, and of most jobs, ask alike, and reading one is most of reading its template. Bounded
+# (user data): only containers of a few short entries (`_short`, at most 512 characters in all) read without a
+# problem are kept, so the memo holds at most about 1,024 x 512 characters.
+AMOUNTS_MEMO_SIZE = 1024
+_MEMO_CONTAINER_ENTRIES = 16
+_MEMO_CONTAINER_CHARS = 512
+_AMOUNTS: BoundedMemo[tuple[Hashable, ...], tuple[dict[str, int], dict[str, int]]] = BoundedMemo(AMOUNTS_MEMO_SIZE)
+_NO_ENTRIES: dict[str, Any] = {}  # an absent section (read only)
+
+
+def _read_amounts(
+    raw: Any, at: LazyPath, errors: list[FieldError], is_gpu: Callable[[str], bool]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """`read_resources` with the setting's GPU predicate at hand, and the GPUs among the requests (by name); both
+    dicts returned are new ones."""
+    resources = raw if type(raw) is dict else read_mapping(raw, at, errors)
     if not resources:
-        return {}
-    amounts, problems = resource_amounts(resources, gpu_resources)
+        return {}, {}
+    limits, requests = resources.get("limits"), resources.get("requests")
+    key: tuple[Hashable, ...] | None = None
+    if (limits is None or type(limits) is dict) and (requests is None or type(requests) is dict):
+        # One flat tuple (the number of limits tells where the requests start): names, values, their types.
+        limits_, requests_ = limits or _NO_ENTRIES, requests or _NO_ENTRIES
+        key = (is_gpu, len(limits_), *limits_, *limits_.values(), *map(type, limits_.values()),
+               *requests_, *requests_.values(), *map(type, requests_.values()))
+        try:
+            found = _AMOUNTS.get(key)
+        except TypeError:  # a value that is a list or an object: no quantity, reported below
+            key = found = None
+        if found is not None:
+            return dict(found[0]), dict(found[1])
+    amounts, problems = _amounts(resources, is_gpu)
     for problem in problems:
         parts = problem.split("\x00")
         where: LazyPath = (at, parts[0])
         if len(parts) == 3:
             where = (where, parts[1])
         errors.append(FieldError(render_path(where), parts[-1]))
-    return amounts
+    gpus = {r: n for r, n in sorted(amounts.items()) if is_gpu(r)}
+    if key is not None and not problems and _memoizable(limits or _NO_ENTRIES, requests or _NO_ENTRIES):
+        _AMOUNTS.put(key, (dict(amounts), dict(gpus)))
+    return amounts, gpus
 
 
-def _gpus_of(requests: Mapping[str, int], gpu_resources: Sequence[str]) -> dict[str, int]:
-    """The GPU resources among a pod's requests (sorted by name)."""
-    is_gpu = gpu_matcher(gpu_resources)
-    return {r: n for r, n in sorted(requests.items()) if n > 0 and is_gpu(r)}
+def _memoizable(*sections: dict[Any, Any]) -> bool:
+    """Whether `_AMOUNTS` may keep a reading of a container's `sections`: a few `_short` entries, a few characters."""
+    entries = chars = 0
+    for section in sections:
+        for name, raw in section.items():
+            if not _short(name, raw):
+                return False
+            entries += 1
+            chars += len(name) + (len(raw) if type(raw) is str else 0)
+    return entries <= _MEMO_CONTAINER_ENTRIES and chars <= _MEMO_CONTAINER_CHARS
 
 
 def _pod_requests(
     running: dict[str, int],
     init_containers: list[tuple[LazyPath, Mapping[str, Any]]],
     errors: list[FieldError],
-    *,
-    gpu_resources: Sequence[str],
+    is_gpu: Callable[[str], bool],
 ) -> dict[str, int]:
     """A pod's effective request per resource, as the scheduler computes it, from `running` (the sum of its
     regular containers', which this adds to).
@@ -395,12 +483,14 @@ def _pod_requests(
     together and add up; each plain init container runs alone beside the sidecars started before
     it, so the pod needs the max of that and the running sum.
     """
-    if not init_containers:  # most pods
-        return {r: n for r, n in sorted(running.items()) if n > 0}
+    if not init_containers:  # most pods; every amount read is positive (`_amounts`), and so is every sum
+        names = sorted(running)
+        # `running` is the caller's own; a single container's (limits before requests) is mostly in order already.
+        return running if names == list(running) else {r: running[r] for r in names}
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
     for at, container in init_containers:
-        amounts = read_resources(container.get("resources"), (at, "resources"), errors, gpu_resources=gpu_resources)
+        amounts = _read_amounts(container.get("resources"), (at, "resources"), errors, is_gpu)[0]
         if container.get("restartPolicy") == "Always":
             _add(sidecars, amounts)
             continue

@@ -126,6 +126,70 @@ def test_memo_of_quantities_keeps_only_short_values(monkeypatch: pytest.MonkeyPa
     assert len(memo) == 2
 
 
+# Containers read one after the other: each asks like one before it but for one thing (a value's JSON type, a
+# section, the order of entries, a GPU resource the setting does not name), which the memo of containers read
+# must not take for the one before.
+CONTAINER_SEQUENCE: list[dict[str, Any]] = [
+    {"limits": {GPU: 1, "cpu": "2"}},
+    {"limits": {GPU: True, "cpu": "2"}},
+    {"limits": {GPU: 1.0, "cpu": "2"}},
+    {"limits": {GPU: "1", "cpu": "2"}},
+    {"requests": {GPU: 1, "cpu": "2"}},
+    {"limits": {"cpu": "2", GPU: 1}},
+    {"limits": {GPU: 1}, "requests": {GPU: 2, "cpu": "2"}},
+    {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}},
+    {"limits": {"cpu": 0, "memory": "1Gi"}},
+    {"limits": {AMD: 1, "example.com/fpga": 1}},
+    {"limits": {GPU: "1.5"}},
+    {"limits": {GPU: [1]}},
+    {"limits": [], "requests": {"cpu": "1"}},
+    {"limits": {"cpu": "1" * 40}},
+    {"requests": {f"example.com/r{i}": 1 for i in range(20)}},
+    {"requests": {f"example.com/{'r' * 200}{i}": 1 for i in range(3)}},
+]
+
+
+@pytest.mark.parametrize("gpu_resources", [GPU_RESOURCES, (GPU,)])
+def test_containers_read_again_give_what_a_first_reading_gives(
+    gpu_resources: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read(resources: dict[str, Any]) -> tuple[Any, list[FieldError]]:
+        errors: list[FieldError] = []
+        facts = read_pod_template(template({"name": "c", "resources": resources}), "t", errors,
+                                  gpu_resources=gpu_resources)
+        return (dict(facts.requests), dict(facts.gpus)), errors
+
+    first = [read(r) for r in CONTAINER_SEQUENCE]
+    again = [read(r) for r in CONTAINER_SEQUENCE]  # answered by the memo where it keeps the container
+    assert again == first
+    for resources, answer in zip(CONTAINER_SEQUENCE, first, strict=True):
+        monkeypatch.setattr(templates, "_AMOUNTS", BoundedMemo(templates.AMOUNTS_MEMO_SIZE))
+        monkeypatch.setattr(templates, "_QUANTITIES", BoundedMemo(templates.QUANTITY_MEMO_SIZE))
+        assert read(resources) == answer, resources
+    assert first[1][1] and not first[0][1]  # True is no quantity, 1 is
+    assert first[11][1] and first[12][1]  # problems are reported however often the container is read
+
+
+def test_memo_of_containers_keeps_only_few_short_entries_read_without_a_problem(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    memo = BoundedMemo[Any, Any](templates.AMOUNTS_MEMO_SIZE)
+    monkeypatch.setattr(templates, "_AMOUNTS", memo)
+    for resources in CONTAINER_SEQUENCE[10:]:  # a problem, a long value, too many entries, too many characters
+        read_pod_template(template({"name": "c", "resources": resources}), "t", [], gpu_resources=GPU_RESOURCES)
+    assert len(memo) == 0
+    read_pod_template(template({"name": "c", "resources": CONTAINER_SEQUENCE[0]}), "t", [], gpu_resources=GPU_RESOURCES)
+    assert len(memo) == 1
+
+
+def test_requests_of_a_container_read_again_are_a_dict_of_its_own() -> None:
+    tpl = template({"name": "c", "resources": {"requests": {"cpu": "3"}}},
+                   {"name": "d", "resources": {"requests": {"cpu": "1"}}})
+    for _ in range(3):  # the second container adds to the first's requests: the memo's copy stays as read
+        facts = read_pod_template(tpl, "t", [], gpu_resources=GPU_RESOURCES)
+        assert dict(facts.requests) == {"cpu": 4000}
+
+
 def test_every_bad_field_of_a_template_is_named_in_reading_order() -> None:
     """Structure first, then every container's name, every port, the account and host network, every request
     (containers, init containers, overhead), placement and claims: the order users have always been shown."""
