@@ -73,7 +73,10 @@ echo "envtest: building kube-apiserver ${kube_version} + etcd ${etcd_version} wi
 )
 echo "envtest: kube-apiserver built after $((SECONDS - start))s" >&2
 "$work/kube-apiserver" --version >&2
-"$work/etcd" --version | head -1 >&2
+# NB: not `| head -1`: head exits after one line, etcd gets SIGPIPE writing the next, and under pipefail the
+# build fails (and the trap deletes it) depending on timing; it did in a cold .ci/run.
+etcd_version_text="$("$work/etcd" --version)"
+echo "${etcd_version_text%%$'\n'*}" >&2
 # Publish atomically: readers either see no directory or a complete one.
 chmod 755 "$work"
 rm -rf "$dest"
