@@ -7,8 +7,8 @@
 # A component that fails to build does not stop the run: its tests skip, naming the build error
 # (build/e2e-full/components/NAME.error), and this script says so at the end. Extra arguments go to
 # pytest (e.g. `hack/e2e-full.sh -k kueue -x`).
-# E2E_FULL_COMPONENTS_DIR: reuse a build/e2e-full/components directory another step filled (.ci/run
-# builds in the background while the unit tests run), instead of building here.
+# E2E_FULL_COMPONENTS_DIR: the components directory another step fills (.ci/run builds in the background
+# while the unit tests run); what it lacks is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,9 +16,9 @@ started=$SECONDS
 bin_dir="$(hack/envtest/build.sh)"
 echo "e2e-full: kube-apiserver + etcd ready in ${bin_dir} after $((SECONDS - started))s"
 components="${E2E_FULL_COMPONENTS_DIR:-build/e2e-full/components}"
-if [[ -z "${E2E_FULL_COMPONENTS_DIR:-}" ]]; then
-    hack/envtest/build-components.sh "$components" || true
-fi
+# Always: what another step built is cached (seconds per component), and what it did not build (its chain
+# stopped early, or failed) is built here instead of failing the run on a missing directory.
+hack/envtest/build-components.sh "$components" || true
 failed=()
 for error in "$components"/*.error; do
     [[ -e "$error" ]] || continue
